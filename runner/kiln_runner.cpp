@@ -1,0 +1,422 @@
+// kiln_runner: the reference runner. Loads a .pte with the ExecuTorch runtime from the pinned wheel,
+// runs one method and prints its outputs in the format kiln-verify reads:
+//
+//   output[0] shape=[64,64] dtype=Float
+//   2 2 2 2 2 2 2 2
+//
+// Whatever registered itself in this process (ExecuTorch's CPU kernels, which this binary links;
+// Kiln's backend and device pieces when linked or preloaded) is what runs the program.
+
+#include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
+#include <executorch/runtime/core/device_allocator.h>
+#include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/platform.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runner/options.h"
+#include "runtime/cpu_kernels/cpu_kernels.h"
+
+namespace et = executorch::runtime;
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::aten::TensorImpl;
+using executorch::extension::FileDataLoader;
+using executorch::extension::MallocMemoryAllocator;
+
+namespace {
+
+// What to do about each error, by the stage it happened in. The ExecuTorch log line printed just
+// before (when logging is on) names the exact operator, backend or tensor.
+const char* hint(et::Error e) {
+  switch (e) {
+    case et::Error::OperatorMissing:
+      return "an operator the program calls has no registered kernel (the 'Missing operator' log "
+             "line above names it); link ExecuTorch's CPU kernels (executorch::kernels_optimized) "
+             "for portable operators, or kiln::device_copy_kernels for et_copy::_h2d_copy.out / "
+             "et_copy::_d2h_copy.out";
+    case et::Error::NotFound:
+      return "something the program names is not registered here: a delegate (link its backend "
+             "library, e.g. kiln::executorch_backend for KilnBackend, with --no-as-needed) or a "
+             "method (see the list of methods)";
+    case et::Error::InvalidProgram:
+      return "the file is not a valid ExecuTorch program (truncated, corrupt or not a .pte); "
+             "re-export it";
+    case et::Error::InvalidArgument:
+      return "an argument does not match what the program expects (dtype, shape or count); check "
+             "the method's inputs";
+    case et::Error::NotSupported:
+      return "the program needs a feature this runtime build does not have";
+    case et::Error::MemoryAllocationFailed:
+    case et::Error::DelegateMemoryAllocationFailed:
+      return "out of memory; free memory or use a smaller program";
+    case et::Error::DelegateInvalidCompatibility:
+      return "a delegate blob was built for another backend version or device; re-export with the "
+             "installed Kiln";
+    case et::Error::AccessFailed:
+      return "the file could not be read; check the path and permissions";
+    default:
+      return "see the ExecuTorch log line above";
+  }
+}
+
+// ExecuTorch's log, filtered by KILN_LOG (debug, info, error; default: errors and fatals only):
+// the wheel's kernels log CPU probing at info level on every load, which buries the output.
+et_pal_log_level_t g_min_log_level = kError;
+
+void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, const char*,
+              size_t line, const char* message, size_t length) {
+  const auto rank = [](et_pal_log_level_t l) {
+    switch (l) {
+      case kDebug: return 0;
+      case kInfo: return 1;
+      case kError: return 2;
+      case kFatal: return 3;
+      default: return 2;
+    }
+  };
+  if (rank(level) < rank(g_min_log_level)) return;
+  std::fprintf(stderr, "%c executorch:%s:%zu] %.*s\n", static_cast<char>(level), filename, line,
+               static_cast<int>(length), message);
+}
+
+void install_log_filter() {
+  const char* env = std::getenv("KILN_LOG");
+  const std::string want = env ? env : "error";
+  g_min_log_level = want == "debug" ? kDebug : want == "info" ? kInfo : kError;
+  et::register_pal(et::PalImpl::create(emit_log, __FILE__));
+}
+
+// "OperatorMissing" rather than ExecuTorch's "Error::OperatorMissing".
+const char* error_name(et::Error e) {
+  const char* s = et::to_string(e);
+  return std::strncmp(s, "Error::", 7) == 0 ? s + 7 : s;
+}
+
+[[noreturn]] void fail(const std::string& what, et::Error e) {
+  std::fprintf(stderr, "kiln_runner: %s failed: %s (0x%02x): %s\n", what.c_str(),
+               error_name(e), static_cast<unsigned>(e), hint(e));
+  std::exit(1);
+}
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "kiln_runner: %s\n", message.c_str());
+  std::exit(1);
+}
+
+std::string shape_string(const std::vector<int64_t>& sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    s += (i ? "," : "") + std::to_string(sizes[i]);
+  }
+  return s + "]";
+}
+
+// Host memory for one input or arena; 64-byte aligned because kernels may vectorise.
+struct HostBuffer {
+  std::unique_ptr<uint8_t, decltype(&std::free)> data{nullptr, &std::free};
+  size_t nbytes = 0;
+  explicit HostBuffer(size_t n) : nbytes(n) {
+    data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, ((n + 63) / 64) * 64 + 64)));
+    if (!data) fail("cannot allocate " + std::to_string(n) + " bytes of host memory");
+    std::memset(data.get(), 0, n);
+  }
+};
+
+void fill_ones(ScalarType t, void* p, size_t numel) {
+  switch (t) {
+#define KILN_FILL(ctype, name)                                    \
+  case ScalarType::name:                                          \
+    std::fill_n(static_cast<ctype*>(p), numel, static_cast<ctype>(1)); \
+    return;
+    ET_FORALL_REAL_TYPES_AND3(Bool, Half, BFloat16, KILN_FILL)
+#undef KILN_FILL
+    default:
+      fail(std::string("cannot fill an input of dtype ") + executorch::runtime::toString(t) +
+           " with ones; pass it with --input");
+  }
+}
+
+// One input tensor the runner owns: metadata arrays and data outlive the method.
+struct InputTensor {
+  std::vector<TensorImpl::SizesType> sizes;
+  std::vector<TensorImpl::DimOrderType> dim_order;
+  std::unique_ptr<HostBuffer> data;
+  std::unique_ptr<TensorImpl> impl;
+};
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot open input file '" + path + "'");
+  return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void set_inputs(et::Method& method, const et::MethodMeta& meta, const kiln::runner::Run& run,
+                const kiln::runner::Options& opts, std::vector<InputTensor>& keep) {
+  keep.clear();
+  keep.resize(meta.num_inputs());
+  for (const auto& [index, _] : run.input_files) {
+    if (index >= meta.num_inputs()) {
+      fail("--input " + std::to_string(index) + "=...: method '" + opts.method + "' has only " +
+           std::to_string(meta.num_inputs()) + " inputs");
+    }
+  }
+  for (size_t i = 0; i < meta.num_inputs(); ++i) {
+    auto tag = meta.input_tag(i);
+    if (!tag.ok()) fail("input_tag(" + std::to_string(i) + ")", tag.error());
+    if (tag.get() != et::Tag::Tensor) {
+      fail("input " + std::to_string(i) + " is not a tensor; kiln_runner feeds tensors only");
+    }
+    auto info = meta.input_tensor_meta(i);
+    if (!info.ok()) fail("input_tensor_meta(" + std::to_string(i) + ")", info.error());
+    InputTensor& in = keep[i];
+    auto s = info->sizes();
+    in.sizes.assign(s.begin(), s.end());
+    auto d = info->dim_order();
+    in.dim_order.assign(d.begin(), d.end());
+    if (auto it = opts.shapes.find(i); it != opts.shapes.end()) {
+      if (it->second.size() != in.sizes.size()) {
+        fail("--shape " + std::to_string(i) + ": rank " + std::to_string(it->second.size()) +
+             " but the input has rank " + std::to_string(in.sizes.size()));
+      }
+      in.sizes.assign(it->second.begin(), it->second.end());
+    }
+    size_t numel = 1;
+    for (auto v : in.sizes) numel *= static_cast<size_t>(v);
+    const ScalarType dtype = info->scalar_type();
+    const size_t nbytes = numel * executorch::runtime::elementSize(dtype);
+    in.data = std::make_unique<HostBuffer>(nbytes);
+    if (auto f = run.input_files.find(i); f != run.input_files.end()) {
+      std::vector<char> bytes = read_file(f->second);
+      if (bytes.size() != nbytes) {
+        std::vector<int64_t> shape(in.sizes.begin(), in.sizes.end());
+        fail("input " + std::to_string(i) + " ('" + f->second + "') has " +
+             std::to_string(bytes.size()) + " bytes, expected " + std::to_string(nbytes) +
+             " for dtype " + executorch::runtime::toString(dtype) + " shape " +
+             shape_string(shape) + " (use --shape for a dynamic dimension)");
+      }
+      std::memcpy(in.data->data.get(), bytes.data(), nbytes);
+    } else {
+      fill_ones(dtype, in.data->data.get(), numel);
+    }
+    in.impl = std::make_unique<TensorImpl>(dtype, static_cast<ssize_t>(in.sizes.size()),
+                                           in.sizes.data(), in.data->data.get(),
+                                           in.dim_order.data(), nullptr,
+                                           executorch::aten::TensorShapeDynamism::DYNAMIC_BOUND);
+    et::Error err = method.set_input(et::EValue(Tensor(in.impl.get())), i);
+    if (err != et::Error::Ok) fail("set_input(" + std::to_string(i) + ")", err);
+  }
+}
+
+// Copies a tensor's bytes to host memory (through the registered device allocator when the tensor
+// lives on a GPU).
+std::vector<uint8_t> host_bytes(const Tensor& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  if (t.nbytes() == 0) return out;
+  const auto device = t.unsafeGetTensorImpl()->device_type();
+  if (device == executorch::runtime::etensor::DeviceType::CPU) {
+    std::memcpy(out.data(), t.const_data_ptr(), t.nbytes());
+    return out;
+  }
+  et::DeviceAllocator* alloc = et::get_device_allocator(device);
+  if (alloc == nullptr) {
+    fail("an output lives on a device with no registered device allocator; link "
+         "kiln::executorch_backend");
+  }
+  et::Error err = alloc->copy_device_to_host(out.data(), t.const_data_ptr(), t.nbytes(),
+                                             t.unsafeGetTensorImpl()->device_index());
+  if (err != et::Error::Ok) fail("copy of an output from the device", err);
+  return out;
+}
+
+std::string format_value(ScalarType t, const uint8_t* p) {
+  char buf[64];
+  switch (t) {
+#define KILN_FMT(ctype, name)                                                     \
+  case ScalarType::name: {                                                         \
+    ctype v;                                                                       \
+    std::memcpy(&v, p, sizeof(v));                                                 \
+    if constexpr (std::is_integral_v<ctype>) {                                     \
+      std::snprintf(buf, sizeof(buf), "%" PRId64, static_cast<int64_t>(v));        \
+    } else {                                                                       \
+      std::snprintf(buf, sizeof(buf), "%.6g", static_cast<double>(v));             \
+    }                                                                              \
+    return buf;                                                                    \
+  }
+    ET_FORALL_REAL_TYPES_AND2(Half, BFloat16, KILN_FMT)
+#undef KILN_FMT
+    case ScalarType::Bool:
+      return *p ? "1" : "0";
+    default:
+      return "?";
+  }
+}
+
+void print_outputs(et::Method& method, const kiln::runner::Options& opts, size_t run_index) {
+  for (size_t i = 0; i < method.outputs_size(); ++i) {
+    const et::EValue& v = method.get_output(i);
+    if (!v.isTensor()) {
+      if (v.isInt()) std::printf("output[%zu] value=%" PRId64 " type=Int\n", i, v.toInt());
+      else if (v.isDouble()) std::printf("output[%zu] value=%.6g type=Double\n", i, v.toDouble());
+      else if (v.isBool()) std::printf("output[%zu] value=%d type=Bool\n", i, v.toBool() ? 1 : 0);
+      else std::printf("output[%zu] value=none type=None\n", i);
+      continue;
+    }
+    const Tensor& t = v.toTensor();
+    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    std::printf("output[%zu] shape=%s dtype=%s\n", i, shape_string(shape).c_str(),
+                executorch::runtime::toString(t.scalar_type()));
+    std::vector<uint8_t> bytes = host_bytes(t);
+    const size_t elem = t.element_size();
+    const size_t n = std::min<size_t>(opts.values, static_cast<size_t>(t.numel()));
+    std::string line;
+    for (size_t k = 0; k < n; ++k) {
+      line += (k ? " " : "") + format_value(t.scalar_type(), bytes.data() + k * elem);
+    }
+    std::printf("%s\n", line.c_str());
+    if (!opts.output_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(opts.output_dir, ec);
+      std::string name = opts.runs.size() > 1
+                             ? "run" + std::to_string(run_index) + "_output_" + std::to_string(i)
+                             : "output_" + std::to_string(i);
+      std::string path = opts.output_dir + "/" + name + ".bin";
+      std::ofstream f(path, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      if (!f) fail("cannot write '" + path + "'");
+    }
+  }
+}
+
+// Memory-planned arenas, each on the device the program asks for. Host arenas start zeroed, which
+// is what stateful programs (mutable buffers) expect on a fresh load.
+class PlannedMemory {
+ public:
+  PlannedMemory(const et::MethodMeta& meta) {
+    const size_t n = meta.num_memory_planned_buffers();
+    for (size_t i = 0; i < n; ++i) {
+      auto size = meta.memory_planned_buffer_size(i);
+      if (!size.ok()) fail("memory_planned_buffer_size(" + std::to_string(i) + ")", size.error());
+      auto device = meta.memory_planned_buffer_device(i);
+      if (!device.ok()) fail("memory_planned_buffer_device(" + std::to_string(i) + ")", device.error());
+      const size_t nbytes = static_cast<size_t>(size.get());
+      devices_.push_back(device.get());
+      if (device->type() == executorch::runtime::etensor::DeviceType::CPU) {
+        host_.push_back(std::make_unique<HostBuffer>(nbytes));
+        spans_.emplace_back(host_.back()->data.get(), nbytes);
+        continue;
+      }
+      et::DeviceAllocator* alloc = et::get_device_allocator(device->type());
+      if (alloc == nullptr) {
+        fail("the program plans buffer " + std::to_string(i) +
+             " on a GPU but no device allocator is registered for it; link "
+             "kiln::executorch_backend (or preload libkiln_executorch_backend.so)");
+      }
+      auto p = alloc->allocate(nbytes, device->index());
+      if (!p.ok()) fail("allocating " + std::to_string(nbytes) + " bytes of device memory", p.error());
+      device_.push_back({alloc, p.get(), device->index()});
+      // Zero the arena as for host memory: mutable buffers read it before anything writes it.
+      std::vector<uint8_t> zeros(nbytes, 0);
+      et::Error err = alloc->copy_host_to_device(p.get(), zeros.data(), nbytes, device->index());
+      if (err != et::Error::Ok) fail("zeroing a device arena", err);
+      spans_.emplace_back(static_cast<uint8_t*>(p.get()), nbytes);
+    }
+  }
+  ~PlannedMemory() {
+    for (auto& d : device_) d.alloc->deallocate(d.ptr, d.index);
+  }
+  et::HierarchicalAllocator allocator() {
+    return et::HierarchicalAllocator({spans_.data(), spans_.size()}, {devices_.data(), devices_.size()});
+  }
+
+ private:
+  struct DeviceArena {
+    et::DeviceAllocator* alloc;
+    void* ptr;
+    executorch::runtime::etensor::DeviceIndex index;
+  };
+  std::vector<std::unique_ptr<HostBuffer>> host_;
+  std::vector<DeviceArena> device_;
+  std::vector<et::Span<uint8_t>> spans_;
+  std::vector<executorch::runtime::etensor::Device> devices_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kiln::runner::Options opts;
+  std::string error;
+  if (!kiln::runner::parse_options(argc, argv, opts, error)) {
+    std::fprintf(stderr, "kiln_runner: %s\n%s", error.c_str(), kiln::runner::kUsage);
+    return 2;
+  }
+  install_log_filter();
+  et::runtime_init();
+  kiln::register_missing_cpu_kernels();
+
+  auto loader = FileDataLoader::from(opts.model.c_str());
+  if (!loader.ok()) fail("opening '" + opts.model + "'", loader.error());
+  auto program = et::Program::load(&loader.get(), et::Program::Verification::InternalConsistency);
+  if (!program.ok()) fail("Program::load('" + opts.model + "')", program.error());
+
+  auto meta = program->method_meta(opts.method.c_str());
+  if (!meta.ok()) {
+    std::string names;
+    for (size_t i = 0; i < program->num_methods(); ++i) {
+      auto name = program->get_method_name(i);
+      if (name.ok()) names += std::string(i ? ", " : "") + "'" + name.get() + "'";
+    }
+    std::fprintf(stderr, "kiln_runner: method '%s' not found in '%s': %s (0x%02x); the program has: %s\n",
+                 opts.method.c_str(), opts.model.c_str(), error_name(meta.error()),
+                 static_cast<unsigned>(meta.error()), names.c_str());
+    return 1;
+  }
+
+  MallocMemoryAllocator method_allocator;
+  MallocMemoryAllocator temp_allocator;
+  PlannedMemory planned(meta.get());
+  et::HierarchicalAllocator planned_allocator = planned.allocator();
+  et::MemoryManager memory_manager(&method_allocator, &planned_allocator, &temp_allocator);
+  auto method = program->load_method(opts.method.c_str(), &memory_manager);
+  if (!method.ok()) fail("load_method('" + opts.method + "')", method.error());
+
+  std::vector<InputTensor> inputs;
+  for (size_t r = 0; r < opts.runs.size(); ++r) {
+    set_inputs(method.get(), meta.get(), opts.runs[r], opts, inputs);
+    for (int w = 0; w < opts.warmup; ++w) {
+      et::Error err = method->execute();
+      if (err != et::Error::Ok) fail("execute('" + opts.method + "') (warm-up)", err);
+    }
+    std::vector<double> ms;
+    for (int it = 0; it < std::max(1, opts.iterations); ++it) {
+      const auto t0 = std::chrono::steady_clock::now();
+      et::Error err = method->execute();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (err != et::Error::Ok) fail("execute('" + opts.method + "')", err);
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    if (opts.runs.size() > 1) std::printf("# run %zu\n", r);
+    print_outputs(method.get(), opts, r);
+    if (opts.iterations > 0) {
+      std::sort(ms.begin(), ms.end());
+      std::printf("latency_ms min=%.4f median=%.4f max=%.4f iterations=%zu warmup=%d\n", ms.front(),
+                  ms[ms.size() / 2], ms.back(), ms.size(), opts.warmup);
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}

@@ -1,0 +1,43 @@
+// Command-line options of kiln_runner, parsed without touching the runtime so they can be tested
+// on their own.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::runner {
+
+inline constexpr const char* kUsage =
+    "usage: kiln_runner <model.pte> [--method NAME] [--input I=path.bin ...] [--shape I=d0,d1,...]\n"
+    "                   [--next --input I=path.bin ...] [--iterations N] [--warmup M]\n"
+    "                   [--output-dir DIR] [--values K]\n"
+    "  --input I=FILE   raw little-endian bytes for input I (default: ones of the input's dtype)\n"
+    "  --shape I=DIMS   actual shape of a dynamic input I (default: the shape in the program)\n"
+    "  --next           execute the same loaded method again with the inputs that follow\n"
+    "  --iterations N   time N executions of each run (load excluded) and print min/median/max\n"
+    "  --warmup M       untimed executions before timing\n"
+    "  --output-dir DIR write each output's raw bytes to DIR/output_<i>.bin\n"
+    "  --values K       print the first K values of each output (default 8)\n";
+
+/// One execution of the method: which inputs come from files (the rest are ones).
+struct Run {
+  std::map<size_t, std::string> input_files;
+};
+
+struct Options {
+  std::string model;
+  std::string method = "forward";
+  std::vector<Run> runs{Run{}};
+  std::map<size_t, std::vector<int64_t>> shapes;
+  int iterations = 0;
+  int warmup = 0;
+  std::string output_dir;
+  size_t values = 8;
+};
+
+/// Fills `out` from argv. Returns false and sets `error` on any malformed or unknown argument.
+bool parse_options(int argc, const char* const* argv, Options& out, std::string& error);
+
+}  // namespace kiln::runner

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Sets up everything Kiln needs, idempotently: a project-local virtual environment with the pinned
+# packages (pins.txt), then a CMake configure against the executorch wheel's CMake package and a
+# build. A second run with nothing changed only asks Ninja whether anything is stale (seconds).
+#
+# Environment: KILN_PYTHON (interpreter that creates the venv, default python3),
+# KILN_BUILD_DIR (default build), KILN_BUILD_TYPE (default RelWithDebInfo),
+# CUDA_HOME (default /usr/local/cuda).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+venv="$root/.venv"
+build="${KILN_BUILD_DIR:-$root/build}"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+[ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit at $cuda (nvcc missing); install CUDA 13 or set CUDA_HOME"
+
+# 1. Virtual environment with the pinned packages. The stamp holds the hash of pins.txt, so a pin
+#    change reinstalls and an unchanged pin file costs nothing.
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating virtual environment $venv"
+  "${KILN_PYTHON:-python3}" -m venv "$venv" || die "could not create $venv"
+fi
+stamp="$venv/.kiln-pins"
+want=$(sha256sum pins.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
+  say "installing pinned packages from pins.txt (first run downloads a few GB)"
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q -r pins.txt \
+    || die "pip install -r pins.txt failed (see above)"
+  "$venv/bin/python" "$root/tools/check_pins.py" || die "installed packages do not match pins.txt"
+  echo "$want" > "$stamp"
+fi
+
+# 2. Configure once; afterwards Ninja re-runs CMake by itself when a CMakeLists changes.
+et_cmake=$("$venv/bin/python" -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib/cmake/executorch")') \
+  || die "cannot locate the executorch package in $venv"
+[ -f "$et_cmake/executorch-config.cmake" ] || die "the executorch wheel has no CMake package at $et_cmake"
+if [ ! -f "$build/build.ninja" ]; then
+  say "configuring $build"
+  "$venv/bin/cmake" -S "$root" -B "$build" -G Ninja \
+    -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" \
+    -DCMAKE_BUILD_TYPE="${KILN_BUILD_TYPE:-RelWithDebInfo}" \
+    -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc" \
+    -DCUDAToolkit_ROOT="$cuda" \
+    -Dexecutorch_DIR="$et_cmake" \
+    -DPython3_EXECUTABLE="$venv/bin/python" \
+    || { rm -f "$build/build.ninja"; die "CMake configure failed (see above)"; }
+fi
+
+# 3. Build.
+"$venv/bin/cmake" --build "$build" || die "build failed (see above)"
+say "ready: $build"

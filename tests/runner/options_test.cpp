@@ -1,0 +1,70 @@
+#include "runner/options.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace {
+
+using kiln::runner::Options;
+using kiln::runner::parse_options;
+
+bool parse(std::vector<const char*> args, Options& out, std::string& error) {
+  args.insert(args.begin(), "kiln_runner");
+  return parse_options(static_cast<int>(args.size()), args.data(), out, error);
+}
+
+TEST(RunnerOptions, DefaultsToForwardOneRunEightValues) {
+  Options o;
+  std::string e;
+  ASSERT_TRUE(parse({"m.pte"}, o, e)) << e;
+  EXPECT_EQ(o.model, "m.pte");
+  EXPECT_EQ(o.method, "forward");
+  EXPECT_EQ(o.runs.size(), 1u);
+  EXPECT_EQ(o.values, 8u);
+  EXPECT_EQ(o.iterations, 0);
+}
+
+TEST(RunnerOptions, ParsesEveryOption) {
+  Options o;
+  std::string e;
+  ASSERT_TRUE(parse({"m.pte", "--method", "encode", "--input", "0=a.bin", "--input", "1=b.bin",
+                     "--shape", "0=3,256", "--next", "--input", "0=c.bin", "--iterations", "10",
+                     "--warmup", "2", "--output-dir", "out", "--values", "3"},
+                    o, e))
+      << e;
+  EXPECT_EQ(o.method, "encode");
+  ASSERT_EQ(o.runs.size(), 2u);
+  EXPECT_EQ(o.runs[0].input_files.at(0), "a.bin");
+  EXPECT_EQ(o.runs[0].input_files.at(1), "b.bin");
+  EXPECT_EQ(o.runs[1].input_files.at(0), "c.bin");
+  EXPECT_EQ(o.shapes.at(0), (std::vector<int64_t>{3, 256}));
+  EXPECT_EQ(o.iterations, 10);
+  EXPECT_EQ(o.warmup, 2);
+  EXPECT_EQ(o.output_dir, "out");
+  EXPECT_EQ(o.values, 3u);
+}
+
+TEST(RunnerOptions, RejectsMalformedArguments) {
+  const std::vector<std::vector<const char*>> bad = {
+      {},                                   // no model
+      {"m.pte", "--input", "a.bin"},        // no index
+      {"m.pte", "--input", "x=a.bin"},      // index not a number
+      {"m.pte", "--input", "0="},           // no path
+      {"m.pte", "--shape", "0=3,,4"},       // empty dimension
+      {"m.pte", "--shape", "0=-1"},         // negative dimension
+      {"m.pte", "--iterations", "0"},       // at least one
+      {"m.pte", "--values", "many"},        // not a number
+      {"m.pte", "--method"},                // missing value
+      {"m.pte", "--frobnicate"},            // unknown option
+      {"m.pte", "other.pte"},               // two models
+  };
+  for (const auto& args : bad) {
+    Options o;
+    std::string e;
+    EXPECT_FALSE(parse(args, o, e)) << "accepted: " << (args.empty() ? "<none>" : args.back());
+    EXPECT_FALSE(e.empty());
+  }
+}
+
+}  // namespace
