@@ -51,6 +51,27 @@ def problems(pins: dict[str, str]) -> list[str]:
     return found
 
 
+# A version stated for one of the pinned runtime packages anywhere but pins.txt: the package name
+# followed by a comparison operator or a space and then a dotted version number.
+STRAY = re.compile(r"\b(executorch|torch)\s*(==|>=|<=|~=|!=|\s)\s*v?\d+\.\d+", re.IGNORECASE)
+
+
+def stray_pins(root: Path, files: list[Path]) -> list[str]:
+    """Lines outside pins.txt that state an executorch or torch version."""
+    found = []
+    for f in files:
+        if f.resolve() == (root / "pins.txt").resolve() or not f.is_file():
+            continue
+        try:
+            text = f.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if STRAY.search(line):
+                found.append(f"{f.relative_to(root)}:{n}: {line.strip()}")
+    return found
+
+
 def main() -> int:
     bad = problems(read_pins())
     for p in bad:
