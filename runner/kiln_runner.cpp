@@ -78,6 +78,20 @@ const char* hint(et::Error e) {
 // the wheel's kernels log CPU probing at info level on every load, which buries the output.
 et_pal_log_level_t g_min_log_level = kError;
 
+// The operator a failed method load could not find, read off ExecuTorch's own log line
+// ("kernel 'NAME' not found"), so the runner's final message can name it and what to link.
+std::string g_missing_operator;
+
+void remember_missing_operator(const char* message, size_t length) {
+  const std::string text(message, length);
+  const std::string before = "kernel '", after = "' not found";
+  const size_t a = text.find(before);
+  const size_t b = text.find(after);
+  if (a != std::string::npos && b != std::string::npos && b > a) {
+    g_missing_operator = text.substr(a + before.size(), b - a - before.size());
+  }
+}
+
 void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, const char*,
               size_t line, const char* message, size_t length) {
   const auto rank = [](et_pal_log_level_t l) {
@@ -89,6 +103,7 @@ void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, co
       default: return 2;
     }
   };
+  remember_missing_operator(message, length);
   if (rank(level) < rank(g_min_log_level)) return;
   std::fprintf(stderr, "%c executorch:%s:%zu] %.*s\n", static_cast<char>(level), filename, line,
                static_cast<int>(length), message);
@@ -108,8 +123,17 @@ const char* error_name(et::Error e) {
 }
 
 [[noreturn]] void fail(const std::string& what, et::Error e) {
-  std::fprintf(stderr, "kiln_runner: %s failed: %s (0x%02x): %s\n", what.c_str(),
-               error_name(e), static_cast<unsigned>(e), hint(e));
+  std::string why = hint(e);
+  if (e == et::Error::OperatorMissing && !g_missing_operator.empty()) {
+    const bool device_copy = g_missing_operator.rfind("et_copy::", 0) == 0;
+    why = "no kernel is registered for " + g_missing_operator + "; link " +
+          (device_copy ? std::string("kiln::device_copy_kernels (libkiln_device_copy_kernels.so) or "
+                                     "executorch::kernels_optimized, not both")
+                       : std::string("a kernel library that provides it (executorch::kernels_optimized "
+                                     "for ExecuTorch's portable ATen operators)"));
+  }
+  std::fprintf(stderr, "kiln_runner: %s failed: %s (0x%02x): %s\n", what.c_str(), error_name(e),
+               static_cast<unsigned>(e), why.c_str());
   std::exit(1);
 }
 
@@ -366,7 +390,9 @@ int main(int argc, char** argv) {
   }
   install_log_filter();
   et::runtime_init();
-  kiln::register_missing_cpu_kernels();
+  // KILN_RUNNER_WHEEL_KERNELS_ONLY=1: only the wheel's kernels, as an app that links just those.
+  const char* wheel_only = std::getenv("KILN_RUNNER_WHEEL_KERNELS_ONLY");
+  if (wheel_only == nullptr || std::strcmp(wheel_only, "1") != 0) kiln::register_missing_cpu_kernels();
 
   auto loader = FileDataLoader::from(opts.model.c_str());
   if (!loader.ok()) fail("opening '" + opts.model + "'", loader.error());

@@ -18,6 +18,12 @@ die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 [ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit at $cuda (nvcc missing); install CUDA 13 or set CUDA_HOME"
 
+# 0. System packages the build needs beyond the toolchain: GoogleTest for the C++ tests.
+if [ ! -f /usr/include/gtest/gtest.h ]; then
+  say "installing GoogleTest (libgtest-dev)"
+  { apt-get update -q && apt-get install -y -q libgtest-dev; } >&2 || die "could not install libgtest-dev; install GoogleTest"
+fi
+
 # 1. Virtual environment with the pinned packages. The stamp holds the hash of pins.txt, so a pin
 #    change reinstalls and an unchanged pin file costs nothing.
 if [ ! -x "$venv/bin/python" ]; then
@@ -52,4 +58,20 @@ fi
 
 # 3. Build.
 "$venv/bin/cmake" --build "$build" || die "build failed (see above)"
-say "ready: $build"
+
+# 4. The install tree (the wheel's layout) and the kiln_executorch wheel, installed into the venv
+#    beside executorch, so `import kiln_executorch` and find_package(kiln_executorch) work here as
+#    they do for users. The wheel is byte-for-byte reproducible, so an unchanged one is not
+#    reinstalled.
+install_dir="$build/install/kiln_executorch"
+"$venv/bin/cmake" --install "$build" --prefix "$install_dir" > /dev/null || die "cmake --install failed"
+wheel=$("$venv/bin/python" tools/build_wheel.py --install-dir "$install_dir" --out "$build/dist") \
+  || die "building the kiln_executorch wheel failed"
+wheel_stamp="$venv/.kiln-wheel"
+wheel_hash=$(sha256sum "$wheel" | cut -d' ' -f1)
+if [ "$(cat "$wheel_stamp" 2>/dev/null || true)" != "$wheel_hash" ]; then
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps --force-reinstall "$wheel" \
+    || die "installing $wheel failed"
+  echo "$wheel_hash" > "$wheel_stamp"
+fi
+say "ready: $build (wheel: $wheel)"

@@ -57,3 +57,9 @@ def test_shape_past_dynamic_bound(runner, fixtures):
 def test_bad_option(runner):
     r = run([runner, "m.pte", "--frobnicate"])
     assert r.returncode == 2 and "unknown option" in r.stderr and "usage:" in r.stderr
+
+
+def test_missing_operator_is_named_with_what_to_link(runner, fixtures):
+    # With only the wheel's kernels the coalesced program lacks aten::erfinv.out.
+    r = run([runner, fixtures / "coalesced" / "model.pte"], env={**os.environ, "KILN_RUNNER_WHEEL_KERNELS_ONLY": "1"})
+    check(r, "load_method('forward') failed: OperatorMissing (0x14)", "aten::erfinv.out", "link")

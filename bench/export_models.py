@@ -1,0 +1,65 @@
+"""Exports every model of bench/model_zoo.py with KilnPartitioner (fp32 and bf16) into a staging
+folder for the GPU machine, with its inputs, eager CPU fp32 outputs and weights, and a manifest:
+
+    export_models.py --out .gpu/models [--keys mlp,resnet18] [--precisions fp32,bf16]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from model_zoo import ZOO, build
+from kiln_executorch.aot import export, read_delegates, read_operators
+
+DTYPE_NAMES = {torch.float32: "Float", torch.int64: "Long", torch.bfloat16: "BFloat16"}
+
+
+def save(t: torch.Tensor, path: Path) -> dict:
+    path.write_bytes(t.contiguous().numpy().tobytes())
+    return {"file": path.name, "shape": list(t.shape), "dtype": DTYPE_NAMES[t.dtype]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--keys", default=",".join(ZOO))
+    ap.add_argument("--precisions", default="fp32,bf16")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    manifest, failures = [], 0
+    for key in args.keys.split(","):
+        module, inputs = build(key)
+        with torch.no_grad():
+            outputs = module(*inputs)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        torch.save(module.state_dict(), args.out / f"{key}.state.pt")
+        ins = [save(t, args.out / f"{key}_input_{i}.bin") for i, t in enumerate(inputs)]
+        outs = [save(t, args.out / f"{key}_expected_{i}.bin") for i, t in enumerate(outputs)]
+        for precision in args.precisions.split(","):
+            pte = args.out / f"{key}_{precision}.pte"
+            t0 = time.time()
+            try:
+                export(module, inputs, pte, precision=precision)
+            except Exception as e:  # noqa: BLE001 - one model's failure is reported, the rest go on
+                failures += 1
+                print(f"export {key} {precision}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
+                continue
+            delegates = [d for d in read_delegates(pte) if d.backend_id == "KilnBackend"]
+            outside = sorted(set(op for ops in read_operators(pte).values() for op in ops))
+            manifest.append({"key": key, "precision": precision, "pte": pte.name, "inputs": ins,
+                             "outputs": outs, "kiln_partitions": len(delegates),
+                             "ops_outside": outside, "export_s": round(time.time() - t0, 2),
+                             "pte_bytes": pte.stat().st_size})
+            print(f"export {key:22s} {precision}: {len(delegates)} Kiln partition(s), "
+                  f"outside: {outside or '-'}")
+    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""On the GPU machine: runs every exported model through kiln_runner, checks it against eager
+PyTorch (CPU fp32 outputs recorded at export), and times Kiln against torch eager and
+torch.compile (default and mode="reduce-overhead") on the same GPU, inputs and weights.
+
+    gpu_run.py --models .gpu/models --runner .gpu/site/kiln_executorch/bin/kiln_runner --out DIR
+               [--compile] [--iterations 200]
+
+Writes DIR/results.json and DIR/latency.png and prints a table with the ratios. Kiln's latency is
+the runner's `execute` with host inputs and outputs (copies in and out included); the torch
+figures are measured both the same way (host tensors in, host tensors out) and device-resident.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_zoo import ZOO  # noqa: E402
+
+NP = {"Float": np.float32, "Long": np.int64}
+TORCH = {"Float": torch.float32, "Long": torch.int64}
+
+
+def load(models: Path, spec: dict) -> torch.Tensor:
+    a = np.fromfile(models / spec["file"], dtype=NP[spec["dtype"]]).reshape(spec["shape"])
+    return torch.from_numpy(a.copy())
+
+
+def run_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(runner), str(models / entry["pte"]), "--output-dir", tmp,
+               "--iterations", str(iterations), "--warmup", "20"]
+        for i, spec in enumerate(entry["inputs"]):
+            cmd += ["--input", f"{i}={models / spec['file']}"]
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
+        wall = time.time() - t0
+        if r.returncode != 0:
+            return {"ok": False, "error": (r.stderr or r.stdout).strip()[-2000:]}
+        m = re.search(r"latency_ms min=([\d.]+) median=([\d.]+) max=([\d.]+)", r.stdout)
+        outs = [np.fromfile(Path(tmp) / f"output_{i}.bin", dtype=NP[s["dtype"]]).reshape(s["shape"])
+                for i, s in enumerate(entry["outputs"])]
+    errors = []
+    for got, spec in zip(outs, entry["outputs"]):
+        ref = load(models, spec).numpy().astype(np.float64)
+        diff = np.abs(got.astype(np.float64) - ref)
+        scale = max(float(np.abs(ref).max()), 1e-12)
+        errors.append({"max_abs": float(diff.max()), "ref_max_abs": scale,
+                       "nan": int(np.isnan(got).sum())})
+    return {"ok": True, "median_ms": float(m.group(2)), "min_ms": float(m.group(1)),
+            "errors": errors, "wall_s": round(wall, 2)}
+
+
+def passes(entry: dict, result: dict) -> bool:
+    if not result.get("ok"):
+        return False
+    # fp32: 1e-4 absolute, relative to the output's magnitude where that exceeds 1;
+    # bf16/fp16: 2e-2 relative to the output's largest magnitude.
+    for e in result["errors"]:
+        limit = 1e-4 * max(1.0, e["ref_max_abs"]) if entry["precision"] == "fp32" else 2e-2 * e["ref_max_abs"]
+        if e["nan"] or e["max_abs"] > limit:
+            return False
+    return True
+
+
+def time_cuda(fn, iterations: int) -> float:
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iterations):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list) -> dict:
+    ctor, _ = ZOO[entry["key"]]
+    module = ctor().eval()
+    module.load_state_dict(torch.load(models / f"{entry['key']}.state.pt"))
+    dtype = torch.bfloat16 if entry["precision"] == "bf16" else torch.float32
+    module = module.to("cuda", dtype)
+    host_inputs = [load(models, s) for s in entry["inputs"]]
+    host_inputs = [t.to(dtype) if t.is_floating_point() else t for t in host_inputs]
+    dev_inputs = [t.cuda() for t in host_inputs]
+    out = {}
+    variants = [("eager", module)]
+    for mode in compile_modes:
+        variants.append((f"compile_{mode}", torch.compile(module, mode=None if mode == "default" else mode)))
+    with torch.inference_mode():
+        for name, fn in variants:
+            try:
+                t0 = time.time()
+                fn(*dev_inputs)
+                torch.cuda.synchronize()
+                warm_s = time.time() - t0
+                out[f"{name}_device_ms"] = time_cuda(lambda: fn(*dev_inputs), iterations)
+
+                def host_round_trip():
+                    r = fn(*[t.to("cuda", non_blocking=False) for t in host_inputs])
+                    (r[0] if isinstance(r, tuple) else r).float().cpu()
+
+                out[f"{name}_host_ms"] = time_cuda(host_round_trip, max(20, iterations // 4))
+                out[f"{name}_first_call_s"] = round(warm_s, 2)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other variants
+                out[f"{name}_error"] = f"{type(e).__name__}: {e}"[:500]
+    return out
+
+
+def chart(results: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results if r["kiln"].get("ok")]
+    labels = [f"{r['key']}\n{r['precision']}" for r in rows]
+    series = [("Kiln (host I/O)", [r["kiln"]["median_ms"] for r in rows]),
+              ("torch eager (host I/O)", [r["torch"].get("eager_host_ms", 0) for r in rows]),
+              ("torch eager (device)", [r["torch"].get("eager_device_ms", 0) for r in rows])]
+    if any("compile_reduce-overhead_device_ms" in r["torch"] for r in rows):
+        series.append(("torch.compile reduce-overhead (device)",
+                       [r["torch"].get("compile_reduce-overhead_device_ms", 0) for r in rows]))
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 1.1), 5))
+    width = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + i * width for x in range(len(rows))], vals, width, label=name)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))], labels, fontsize=7)
+    ax.set_ylabel("median latency (ms)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title(f"Kiln vs PyTorch on {torch.cuda.get_device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", type=Path, required=True)
+    ap.add_argument("--runner", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--compile", default="", help="comma list of torch.compile modes, e.g. default,reduce-overhead")
+    ap.add_argument("--keys", default="")
+    args = ap.parse_args()
+    manifest = json.loads((args.models / "manifest.json").read_text())
+    if args.keys:
+        manifest = [e for e in manifest if e["key"] in args.keys.split(",")]
+    modes = [m for m in args.compile.split(",") if m]
+    results, failed = [], 0
+    for entry in manifest:
+        kiln = run_kiln(args.runner, args.models, entry, args.iterations)
+        refs = torch_refs(args.models, entry, args.iterations, modes) if kiln.get("ok") else {}
+        ok = passes(entry, kiln)
+        failed += not ok
+        results.append({**{k: entry[k] for k in ("key", "precision", "kiln_partitions", "ops_outside")},
+                        "pass": ok, "kiln": kiln, "torch": refs})
+        err = max((e["max_abs"] for e in kiln.get("errors", [])), default=float("nan"))
+        print(f"{entry['key']:22s} {entry['precision']:5s} {'PASS' if ok else 'FAIL'} "
+              f"max_abs_err={err:.3g} kiln={kiln.get('median_ms', float('nan')):.4f}ms "
+              f"eager_host={refs.get('eager_host_ms', float('nan')):.4f}ms "
+              f"eager_dev={refs.get('eager_device_ms', float('nan')):.4f}ms", flush=True)
+        if not kiln.get("ok"):
+            print("   " + kiln["error"].replace("\n", "\n   "), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
+    (args.out / "results.json").write_text(json.dumps(info, indent=1))
+    try:
+        chart(results, args.out / "latency.png")
+    except Exception as e:  # noqa: BLE001 - the numbers matter more than the picture
+        print(f"chart failed: {e}")
+    print("\nkey                    prec   pass  kiln_ms  eager_host  eager_dev  " +
+          "  ".join(f"{m}_dev" for m in modes) + "  kiln/eager_host  " + "  ".join(f"kiln/{m}" for m in modes))
+    for r in results:
+        k, t = r["kiln"], r["torch"]
+        if not k.get("ok"):
+            print(f"{r['key']:22s} {r['precision']:5s}  FAIL")
+            continue
+        comp = "  ".join(f"{t.get(f'compile_{m}_device_ms', float('nan')):8.4f}" for m in modes)
+        ratios = "  ".join(f"{k['median_ms'] / t.get(f'compile_{m}_device_ms', float('nan')):6.2f}" for m in modes)
+        print(f"{r['key']:22s} {r['precision']:5s} {str(r['pass']):5s} {k['median_ms']:8.4f} "
+              f"{t.get('eager_host_ms', float('nan')):10.4f} {t.get('eager_device_ms', float('nan')):10.4f}  {comp}"
+              f"  {k['median_ms'] / t.get('eager_host_ms', float('nan')):8.2f}  {ratios}")
+    print(f"\n{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The models the GPU check and the benchmark run: the public fixture modules (tests/python/models.py)
+plus torchvision's resnet18 and mobilenet_v3_small and a 2-layer transformer encoder, all with
+seeded random weights. `build(key)` gives the module (eval mode) and its example inputs; the
+weights travel to the GPU machine as a state_dict, so only the classes are needed there."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
+import models as fixture_models  # noqa: E402
+
+
+class Encoder2(nn.Module):
+    """nn.TransformerEncoder, 2 layers, d_model 256, 4 heads, batch-first, sequence 32."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(256, 4, dim_feedforward=1024, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+def _torchvision(name):
+    import torchvision
+
+    return getattr(torchvision.models, name)(weights=None)
+
+
+# key -> (constructor, example input shapes and dtypes)
+ZOO = {
+    "add_one": (fixture_models.AddOne, [((64, 64), torch.float32)]),
+    "mlp": (fixture_models.Mlp, [((8, 256), torch.float32)]),
+    "cnn_small": (fixture_models.CnnSmall, [((1, 3, 32, 32), torch.float32)]),
+    "coalesced": (fixture_models.Coalesced, [((64, 64), torch.float32)]),
+    "transformer_block": (fixture_models.TransformerBlock, [((1, 16, 64), torch.float32)]),
+    "embedding_lm": (fixture_models.EmbeddingLm, [((1, 12), torch.int64)]),
+    "multi_method_encode": (fixture_models.MultiMethodEncoder, [((4, 16), torch.float32)]),
+    "multi_method_forward": (fixture_models.MultiMethodForward, [((4, 16), torch.float32)]),
+    "resnet18": (lambda: _torchvision("resnet18"), [((1, 3, 224, 224), torch.float32)]),
+    "mobilenet_v3_small": (lambda: _torchvision("mobilenet_v3_small"), [((1, 3, 224, 224), torch.float32)]),
+    "transformer_encoder": (Encoder2, [((1, 32, 256), torch.float32)]),
+}
+
+
+def build(key: str, seed: int = 0):
+    ctor, specs = ZOO[key]
+    torch.manual_seed(seed)
+    module = ctor().eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    inputs = []
+    for shape, dtype in specs:
+        if dtype == torch.int64:
+            inputs.append(torch.randint(0, 100, shape, generator=g))
+        else:
+            inputs.append(torch.randn(shape, generator=g))
+    if isinstance(module, fixture_models.CnnSmall):
+        # Non-trivial batch-norm statistics, as in the fixture.
+        with torch.no_grad():
+            module.bn.running_mean.copy_(0.2 * torch.randn(16, generator=g))
+            module.bn.running_var.copy_(0.6 + 0.8 * torch.rand(16, generator=g))
+    return module, tuple(inputs)
