@@ -1,0 +1,533 @@
+// The Engine implementation: device resources owned through RAII, one prepared Step per op, and
+// an executor that stages host bindings, runs the steps (replayed as a CUDA graph after the first
+// run) and reports device-side errors.
+#include "runtime/engine/engine.h"
+
+#include <cuda_runtime.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "runtime/engine/blob_reader.h"
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/device.h"
+#include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/conv2d.cuh"
+#include "runtime/engine/kernels/copy.cuh"
+#include "runtime/engine/kernels/elementwise.cuh"
+#include "runtime/engine/kernels/embedding.cuh"
+#include "runtime/engine/kernels/fill.cuh"
+#include "runtime/engine/kernels/layer_norm.cuh"
+#include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/kernels/pool2d.cuh"
+#include "runtime/engine/kernels/reduce.cuh"
+#include "runtime/engine/kernels/softmax.cuh"
+#include "runtime/engine/step.h"
+
+namespace kiln::engine {
+namespace {
+
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+// Replay the op sequence as a CUDA graph from the second run on: one launch instead of one per
+// op. The first run is eager, so lazy module loading and library initialisation never happen
+// under capture. Turning this off runs every op eagerly, every time.
+constexpr bool kUseCudaGraphs = true;
+
+// Grid-stride kernels of 256 threads: 8 blocks fill an SM (2048 threads).
+constexpr int kBlocksPerSm = 8;
+
+StepResult make_step(const Op& op, const InitContext& ctx) {
+  switch (op.opcode) {
+    case blob::Opcode::kCopy: return kernels::make_copy_step(std::get<CopyArgs>(op.args), ctx);
+    case blob::Opcode::kBinary:
+      return kernels::make_binary_step(std::get<BinaryArgs>(op.args), ctx);
+    case blob::Opcode::kUnary: return kernels::make_unary_step(std::get<UnaryArgs>(op.args), ctx);
+    case blob::Opcode::kWhere: return kernels::make_where_step(std::get<WhereArgs>(op.args), ctx);
+    case blob::Opcode::kMatmul:
+      return kernels::make_matmul_step(std::get<MatmulArgs>(op.args), ctx);
+    case blob::Opcode::kSoftmax:
+      return kernels::make_softmax_step(std::get<SoftmaxArgs>(op.args), ctx);
+    case blob::Opcode::kLayerNorm:
+      return kernels::make_layer_norm_step(std::get<LayerNormArgs>(op.args), ctx);
+    case blob::Opcode::kReduce:
+      return kernels::make_reduce_step(std::get<ReduceArgs>(op.args), ctx);
+    case blob::Opcode::kEmbedding:
+      return kernels::make_embedding_step(std::get<EmbeddingArgs>(op.args), ctx);
+    case blob::Opcode::kFill: return kernels::make_fill_step(std::get<FillArgs>(op.args), ctx);
+    case blob::Opcode::kConv2d:
+      return kernels::make_conv2d_step(std::get<Conv2dArgs>(op.args), ctx);
+    case blob::Opcode::kPool2d:
+      return kernels::make_pool2d_step(std::get<Pool2dArgs>(op.args), ctx);
+  }
+  return fail(nullptr, Error::InvalidProgram, "Kiln engine: op %zu has unknown opcode %u",
+              ctx.op_index, static_cast<unsigned>(op.opcode));
+}
+
+bool has_opcode(const Graph& graph, blob::Opcode opcode) {
+  return std::any_of(graph.ops.begin(), graph.ops.end(),
+                     [&](const Op& op) { return op.opcode == opcode; });
+}
+
+std::string shape_text(const Tensor& t) {
+  std::string s = "[";
+  for (uint32_t d = 0; d < t.rank; ++d) {
+    s += (d == 0 ? "" : ", ") + std::to_string(t.sizes[d]);
+  }
+  return s + "]";
+}
+
+// Everything the engine holds on the device. Members are destroyed in reverse order: the graph
+// and the steps (library descriptors) before the handles, the handles before the memory.
+struct DeviceState {
+  DeviceBuffer weights;
+  DeviceBuffer arena;
+  DeviceBuffer workspace;
+  std::vector<DeviceBuffer> input_staging;
+  std::vector<DeviceBuffer> output_staging;
+  DeviceBuffer error_flag;  // DeviceErrorFlag, only when the graph has an embedding
+  PinnedBuffer error_host;  // where the flag is read back
+  UniqueStream stream;
+  UniqueEvent done;  // recorded at the end of each run on the stream it used
+  kernels::UniqueCublasLt lt;
+  kernels::UniqueCudnn cudnn;
+  std::vector<std::unique_ptr<Step>> steps;
+  UniqueGraphExec graph_exec;
+};
+
+// One engine runs one execute() at a time (the arena, staging buffers and captured graph are
+// shared by all runs); successive runs may use different streams and are ordered by an event.
+// Graphs with an embedding op synchronise at the end of every run to report out-of-range
+// indices, except under a caller's stream capture, where they cannot be read back.
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(Graph graph, int device) : graph_(std::move(graph)), device_(device) {}
+
+  ~CudaEngine() override {
+    if (state_ == nullptr) {
+      return;
+    }
+    ScopedDevice guard(device_);
+    // A run may still be in flight on a caller's stream: wait for it (by event, not a device-wide
+    // sync) before freeing what it uses.
+    if (last_stream_ != nullptr) {
+      cudaEventSynchronize(state_->done.get());
+    }
+    cudaStreamSynchronize(state_->stream.get());
+    state_.reset();
+  }
+
+  Error init();
+
+  size_t num_inputs() const override { return graph_.inputs.size(); }
+  size_t num_outputs() const override { return graph_.outputs.size(); }
+
+  IoSpec input(size_t i) const override {
+    return i < graph_.inputs.size() ? spec(graph_.inputs[i]) : IoSpec{};
+  }
+
+  IoSpec output(size_t i) const override {
+    return i < graph_.outputs.size() ? spec(graph_.outputs[i]) : IoSpec{};
+  }
+
+  Error execute(Span<const Binding> inputs, Span<const Binding> outputs,
+                CUstream_st* stream) override;
+
+ private:
+  IoSpec spec(int64_t id) const {
+    const Tensor& t = graph_.tensors[id];
+    return {t.dtype, t.rank, t.sizes, t.nbytes};
+  }
+
+  Error check_bindings(Span<const Binding> bindings, const std::vector<int64_t>& ids,
+                       const char* role) const;
+  Error bind(Span<const Binding> inputs, Span<const Binding> outputs);
+  Error check_device_pointer(const Binding& binding, const char* role, size_t index) const;
+  Error run(Span<const Binding> inputs, Span<const Binding> outputs, cudaStream_t stream,
+            bool external_capture);
+  Error enqueue_ops(cudaStream_t stream);
+  Error launch_graph(cudaStream_t stream);
+  Error capture();
+  Error embedding_error() const;
+
+  Graph graph_;
+  int device_;
+  int max_blocks_ = 0;
+  bool has_embedding_ = false;
+  std::unique_ptr<DeviceState> state_;
+
+  std::vector<void*> tensor_ptrs_;    // device address of every tensor for the current run
+  std::vector<void*> io_ptrs_;        // inputs then outputs, as bound for the current run
+  std::vector<void*> checked_ptrs_;   // io_ptrs_ whose device bindings were last validated
+  std::vector<void*> captured_ptrs_;  // io_ptrs_ the graph was captured with
+  cudaStream_t last_stream_ = nullptr;
+  uint64_t runs_ = 0;
+  bool graphs_disabled_ = false;
+  bool empty_graph_ = false;  // the last capture recorded no work
+};
+
+Error CudaEngine::init() {
+  KILN_TRY(check_device(device_));
+  ScopedDevice guard(device_);
+  KILN_TRY(guard.status());
+  auto s = std::make_unique<DeviceState>();
+
+  KILN_ASSIGN_OR_RETURN(s->weights, DeviceBuffer::allocate(graph_.weights_size, "the weights"));
+  if (graph_.weights_size > 0) {
+    KILN_TRY(cuda_status(
+        cudaMemcpy(s->weights.get(), graph_.weights, graph_.weights_size, cudaMemcpyHostToDevice),
+        Error::Internal, "Kiln engine: uploading %llu bytes of weights to device %d",
+        static_cast<unsigned long long>(graph_.weights_size), device_));
+  }
+  graph_.weights = nullptr;  // borrowed from the caller's blob, which may be freed after create()
+  KILN_ASSIGN_OR_RETURN(s->arena,
+                        DeviceBuffer::allocate(graph_.arena_size, "the activation arena"));
+  for (int64_t id : graph_.inputs) {
+    s->input_staging.emplace_back();
+    KILN_ASSIGN_OR_RETURN(
+        s->input_staging.back(),
+        DeviceBuffer::allocate(graph_.tensors[id].nbytes, "an input staging buffer"));
+  }
+  for (int64_t id : graph_.outputs) {
+    s->output_staging.emplace_back();
+    KILN_ASSIGN_OR_RETURN(
+        s->output_staging.back(),
+        DeviceBuffer::allocate(graph_.tensors[id].nbytes, "an output staging buffer"));
+  }
+  cudaStream_t stream = nullptr;
+  KILN_TRY(cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), Error::Internal,
+                       "Kiln engine: cannot create a CUDA stream on device %d", device_));
+  s->stream.reset(stream);
+  cudaEvent_t done = nullptr;
+  KILN_TRY(cuda_status(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), Error::Internal,
+                       "Kiln engine: cannot create a CUDA event on device %d", device_));
+  s->done.reset(done);
+  if (has_opcode(graph_, blob::Opcode::kMatmul)) {
+    KILN_ASSIGN_OR_RETURN(s->lt, kernels::create_cublas_lt());
+  }
+  if (has_opcode(graph_, blob::Opcode::kConv2d)) {
+    KILN_ASSIGN_OR_RETURN(s->cudnn, kernels::create_cudnn());
+  }
+  has_embedding_ = has_opcode(graph_, blob::Opcode::kEmbedding);
+  if (has_embedding_) {
+    KILN_ASSIGN_OR_RETURN(s->error_flag,
+                          DeviceBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));
+    KILN_ASSIGN_OR_RETURN(s->error_host,
+                          PinnedBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));
+  }
+
+  // Arena and weight tensors have fixed addresses; io tensors are bound per run.
+  tensor_ptrs_.assign(graph_.tensors.size(), nullptr);
+  std::vector<uint32_t> alignment(graph_.tensors.size(), 16);
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    const Tensor& t = graph_.tensors[i];
+    char* base = t.storage == blob::Storage::kArena    ? static_cast<char*>(s->arena.get())
+                 : t.storage == blob::Storage::kWeight ? static_cast<char*>(s->weights.get())
+                                                       : nullptr;
+    if (base != nullptr) {
+      tensor_ptrs_[i] = base + t.offset;
+      alignment[i] = alignment_of(tensor_ptrs_[i]);
+    }
+  }
+
+  size_t workspace = 0;
+  s->steps.reserve(graph_.ops.size());
+  for (size_t i = 0; i < graph_.ops.size(); ++i) {
+    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment};
+    std::unique_ptr<Step> step;
+    KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));
+    workspace = std::max(workspace, step->workspace_bytes());
+    s->steps.push_back(std::move(step));
+  }
+  KILN_ASSIGN_OR_RETURN(s->workspace, DeviceBuffer::allocate(workspace, "the library workspace"));
+  max_blocks_ = multiprocessor_count(device_) * kBlocksPerSm;
+  state_ = std::move(s);
+  return Error::Ok;
+}
+
+Error CudaEngine::check_bindings(Span<const Binding> bindings, const std::vector<int64_t>& ids,
+                                 const char* role) const {
+  if (bindings.size() != ids.size()) {
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: execute got %zu %ss, but the blob declares %zu", bindings.size(),
+                role, ids.size());
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Tensor& t = graph_.tensors[ids[i]];
+    if (bindings[i].nbytes != t.nbytes) {
+      return fail(nullptr, Error::InvalidArgument,
+                  "Kiln engine: %s %zu is %zu bytes, but the blob declares %llu bytes (%s %s)",
+                  role, i, bindings[i].nbytes, static_cast<unsigned long long>(t.nbytes),
+                  dtype_name(t.dtype), shape_text(t).c_str());
+    }
+    if (bindings[i].data == nullptr && t.nbytes > 0) {
+      return fail(nullptr, Error::InvalidArgument, "Kiln engine: %s %zu has a null data pointer",
+                  role, i);
+    }
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::check_device_pointer(const Binding& binding, const char* role,
+                                       size_t index) const {
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, binding.data);
+  if (status != cudaSuccess) {
+    return cuda_status(
+        status, Error::InvalidArgument,
+        "Kiln engine: %s %zu is marked on_device, but CUDA does not know its pointer", role, index);
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered) {
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: %s %zu is marked on_device, but it is ordinary host memory", role,
+                index);
+  }
+  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device_) {
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: %s %zu is memory of CUDA device %d, but the engine runs on device %d",
+                role, index, attributes.device, device_);
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::bind(Span<const Binding> inputs, Span<const Binding> outputs) {
+  const size_t ni = inputs.size();
+  io_ptrs_.resize(ni + outputs.size());
+  for (size_t i = 0; i < ni; ++i) {
+    io_ptrs_[i] = inputs[i].on_device ? inputs[i].data : state_->input_staging[i].get();
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    io_ptrs_[ni + o] = outputs[o].on_device ? outputs[o].data : state_->output_staging[o].get();
+  }
+  // Validating a device pointer costs a driver call; do it only when the bound set changes.
+  if (io_ptrs_ != checked_ptrs_) {
+    for (size_t i = 0; i < ni; ++i) {
+      if (inputs[i].on_device && inputs[i].nbytes > 0) {
+        KILN_TRY(check_device_pointer(inputs[i], "input", i));
+      }
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (outputs[o].on_device && outputs[o].nbytes > 0) {
+        KILN_TRY(check_device_pointer(outputs[o], "output", o));
+      }
+    }
+    checked_ptrs_ = io_ptrs_;
+  }
+  for (size_t t = 0; t < graph_.tensors.size(); ++t) {
+    const Tensor& tensor = graph_.tensors[t];
+    if (tensor.storage == blob::Storage::kInput) {
+      tensor_ptrs_[t] = io_ptrs_[tensor.offset];
+    } else if (tensor.storage == blob::Storage::kOutput) {
+      tensor_ptrs_[t] = io_ptrs_[ni + tensor.offset];
+    }
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::execute(Span<const Binding> inputs, Span<const Binding> outputs,
+                          CUstream_st* stream) {
+  KILN_TRY(check_bindings(inputs, graph_.inputs, "input"));
+  KILN_TRY(check_bindings(outputs, graph_.outputs, "output"));
+  ScopedDevice guard(device_);
+  KILN_TRY(guard.status());
+  cudaStream_t target = stream != nullptr ? stream : state_->stream.get();
+  cudaStreamCaptureStatus capture_status = cudaStreamCaptureStatusNone;
+  KILN_TRY(cuda_status(cudaStreamIsCapturing(target, &capture_status), Error::InvalidArgument,
+                       "Kiln engine: cannot query the stream passed to execute"));
+  const bool external_capture = capture_status != cudaStreamCaptureStatusNone;
+  if (external_capture) {
+    for (const Span<const Binding>& set : {inputs, outputs}) {
+      for (const Binding& b : set) {
+        if (!b.on_device && b.nbytes > 0) {
+          return fail(nullptr, Error::InvalidArgument,
+                      "Kiln engine: execute on a stream that is being captured needs device "
+                      "bindings only; a %zu-byte binding is host memory",
+                      b.nbytes);
+        }
+      }
+    }
+  }
+  (void)cudaGetLastError();  // a failure left behind by other code is not this run's
+  KILN_TRY(bind(inputs, outputs));
+  const Error err = run(inputs, outputs, target, external_capture);
+  if (err != Error::Ok && !external_capture) {
+    // Nothing this run enqueued may still be running when the caller reacts to the error.
+    cudaStreamSynchronize(target);
+    (void)cudaGetLastError();
+  }
+  return err;
+}
+
+Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, cudaStream_t stream,
+                      bool external_capture) {
+  DeviceState& s = *state_;
+  if (!external_capture && last_stream_ != nullptr) {
+    // The previous run shares the arena with this one and may have used another stream (or one
+    // since destroyed and reallocated at the same address): order after it (nearly free when it has
+    // finished).
+    KILN_TRY(cuda_status(cudaStreamWaitEvent(stream, s.done.get(), 0), Error::Internal,
+                         "Kiln engine: cannot order this run after the previous one"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].on_device && inputs[i].nbytes > 0) {
+      KILN_TRY(cuda_status(cudaMemcpyAsync(s.input_staging[i].get(), inputs[i].data,
+                                           inputs[i].nbytes, cudaMemcpyHostToDevice, stream),
+                           Error::Internal, "Kiln engine: copying input %zu to the device", i));
+    }
+  }
+  if (kUseCudaGraphs && !external_capture && !graphs_disabled_ && runs_ > 0 && !s.steps.empty()) {
+    KILN_TRY(launch_graph(stream));
+  } else {
+    KILN_TRY(enqueue_ops(stream));
+  }
+  bool host_output = false;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (!outputs[o].on_device && outputs[o].nbytes > 0) {
+      host_output = true;
+      KILN_TRY(cuda_status(cudaMemcpyAsync(outputs[o].data, s.output_staging[o].get(),
+                                           outputs[o].nbytes, cudaMemcpyDeviceToHost, stream),
+                           Error::Internal, "Kiln engine: copying output %zu to the host", o));
+    }
+  }
+  ++runs_;
+  if (external_capture) {
+    return Error::Ok;  // the caller's graph runs later; range errors cannot be read back here
+  }
+  if (has_embedding_) {
+    KILN_TRY(cuda_status(cudaMemcpyAsync(s.error_host.get(), s.error_flag.get(),
+                                         sizeof(DeviceErrorFlag), cudaMemcpyDeviceToHost, stream),
+                         Error::Internal, "Kiln engine: reading back the error flag"));
+  }
+  KILN_TRY(cuda_status(cudaEventRecord(s.done.get(), stream), Error::Internal,
+                       "Kiln engine: cannot record the end of the run"));
+  last_stream_ = stream;
+  if (host_output || has_embedding_) {
+    KILN_TRY(cuda_status(cudaStreamSynchronize(stream), Error::Internal,
+                         "Kiln engine: the run failed on device %d", device_));
+    if (has_embedding_) {
+      KILN_TRY(embedding_error());
+    }
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::enqueue_ops(cudaStream_t stream) {
+  DeviceState& s = *state_;
+  RunContext ctx{stream,
+                 tensor_ptrs_.data(),
+                 s.lt.get(),
+                 s.cudnn.get(),
+                 s.workspace.get(),
+                 s.workspace.size(),
+                 static_cast<DeviceErrorFlag*>(s.error_flag.get()),
+                 max_blocks_,
+                 0};
+  if (has_embedding_) {
+    KILN_TRY(cuda_status(cudaMemsetAsync(s.error_flag.get(), 0, sizeof(DeviceErrorFlag), stream),
+                         Error::Internal, "Kiln engine: clearing the error flag"));
+  }
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    ctx.op_index = i;
+    KILN_TRY(s.steps[i]->enqueue(ctx));
+    KILN_TRY(cuda_status(cudaGetLastError(), Error::Internal,
+                         "Kiln engine: op %zu (%s): kernel launch failed", i,
+                         opcode_name(graph_.ops[i].opcode)));
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::launch_graph(cudaStream_t stream) {
+  DeviceState& s = *state_;
+  if (empty_graph_ && captured_ptrs_ == io_ptrs_) {
+    return Error::Ok;
+  }
+  if (s.graph_exec == nullptr || captured_ptrs_ != io_ptrs_) {
+    if (capture() != Error::Ok) {
+      // Some library call refused capture: keep running, one launch per op.
+      ET_LOG(Info, "Kiln engine: CUDA graph capture failed (logged above); running ops eagerly");
+      graphs_disabled_ = true;
+      s.graph_exec.reset();
+      return enqueue_ops(stream);
+    }
+    if (empty_graph_) {
+      return Error::Ok;
+    }
+  }
+  return cuda_status(cudaGraphLaunch(s.graph_exec.get(), stream), Error::Internal,
+                     "Kiln engine: cudaGraphLaunch failed");
+}
+
+Error CudaEngine::capture() {
+  DeviceState& s = *state_;
+  // Capture on the engine's own stream (capture only records; nothing runs), launch on any.
+  cudaStream_t capture_stream = s.stream.get();
+  KILN_TRY(cuda_status(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal),
+                       Error::Internal, "Kiln engine: cudaStreamBeginCapture failed"));
+  const Error recorded = enqueue_ops(capture_stream);
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(capture_stream, &raw);
+  UniqueGraph graph(raw);
+  KILN_TRY(recorded);
+  KILN_TRY(cuda_status(ended, Error::Internal, "Kiln engine: capturing the ops as a CUDA graph"));
+  size_t nodes = 0;
+  KILN_TRY(cuda_status(cudaGraphGetNodes(graph.get(), nullptr, &nodes), Error::Internal,
+                       "Kiln engine: inspecting the captured CUDA graph"));
+  if (nodes == 0) {  // every op was empty: there is nothing to launch
+    s.graph_exec.reset();
+    empty_graph_ = true;
+    captured_ptrs_ = io_ptrs_;
+    return Error::Ok;
+  }
+  empty_graph_ = false;
+  if (s.graph_exec != nullptr) {
+    // Same topology, new pointers: updating the executable graph is much cheaper than
+    // instantiating a new one.
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(s.graph_exec.get(), graph.get(), &info) == cudaSuccess) {
+      captured_ptrs_ = io_ptrs_;
+      return Error::Ok;
+    }
+    (void)cudaGetLastError();
+  }
+  cudaGraphExec_t exec = nullptr;
+  KILN_TRY(cuda_status(cudaGraphInstantiate(&exec, graph.get(), 0), Error::Internal,
+                       "Kiln engine: cudaGraphInstantiate failed"));
+  s.graph_exec.reset(exec);
+  captured_ptrs_ = io_ptrs_;
+  return Error::Ok;
+}
+
+Error CudaEngine::embedding_error() const {
+  const auto& flag = *static_cast<const DeviceErrorFlag*>(state_->error_host.get());
+  if (flag.op_plus_one == 0) {
+    return Error::Ok;
+  }
+  const size_t op = static_cast<size_t>(flag.op_plus_one - 1);
+  const int64_t vocab = op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbedding
+                            ? std::get<EmbeddingArgs>(graph_.ops[op].args).vocab
+                            : -1;
+  return fail(nullptr, Error::InvalidArgument,
+              "Kiln engine: op %zu (embedding): embedding index out of range: index %lld at "
+              "position %lld is outside [0, %lld)",
+              op, flag.index, flag.position, static_cast<long long>(vocab));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index) {
+  auto graph = read_blob(blob, nbytes);
+  if (!graph.ok()) {
+    return graph.error();
+  }
+  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index);
+  KILN_TRY(engine->init());
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,241 @@
+// Device helpers shared by the kernel families: storage <-> fp32 conversion, dynamic-dtype access
+// for mixed-dtype ops, strided index decomposition, warp and block reductions, launch sizing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "runtime/engine/blob_format.h"
+#include "runtime/engine/strided.h"
+
+namespace kiln::engine::kernels {
+
+/// Threads per block for grid-stride kernels (RunContext::max_blocks is sized for this).
+inline constexpr int kBlock = 256;
+
+/// Blocks for `n` work items of `per_block` each, capped at `max_blocks` (grid-stride beyond).
+inline unsigned blocks_for(int64_t n, int64_t per_block, int max_blocks) {
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > max_blocks ? max_blocks : blocks));
+}
+
+__device__ __forceinline__ int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ int64_t thread_count() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// --- Storage types: float, __half, __nv_bfloat16, int32_t, int64_t, and uint8_t for Bool. ---
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __half2float(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat162float(v);
+  } else if constexpr (std::is_same_v<T, uint8_t>) {
+    return v != 0 ? 1.0f : 0.0f;
+  } else {
+    return static_cast<float>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __float2half_rn(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else if constexpr (std::is_same_v<T, uint8_t>) {
+    return v != 0.0f ? 1 : 0;  // NaN is true, as in PyTorch
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ int64_t to_int(T v) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return v != 0 ? 1 : 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    return static_cast<int64_t>(v);
+  } else {
+    return static_cast<int64_t>(to_float(v));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T from_int(int64_t v) {
+  if constexpr (std::is_same_v<T, uint8_t>) {
+    return v != 0 ? 1 : 0;
+  } else if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(v);
+  } else {
+    return from_float<T>(static_cast<float>(v));
+  }
+}
+
+// --- Dynamic dtype, for ops whose operands have different dtypes. The switch is uniform across a
+// launch, so it costs a few instructions per element and no divergence. ---
+
+__device__ __forceinline__ double load_f64(const void* p, blob::DType dt, int64_t i) {
+  switch (dt) {
+    case blob::DType::kFloat32: return static_cast<const float*>(p)[i];
+    case blob::DType::kFloat16: return __half2float(static_cast<const __half*>(p)[i]);
+    case blob::DType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case blob::DType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case blob::DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case blob::DType::kBool: return static_cast<const uint8_t*>(p)[i] != 0 ? 1.0 : 0.0;
+  }
+  return 0.0;
+}
+
+__device__ __forceinline__ int64_t load_i64(const void* p, blob::DType dt, int64_t i) {
+  switch (dt) {
+    case blob::DType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case blob::DType::kInt64: return static_cast<const int64_t*>(p)[i];
+    case blob::DType::kBool: return static_cast<const uint8_t*>(p)[i] != 0 ? 1 : 0;
+    default: return static_cast<int64_t>(load_f64(p, dt, i));
+  }
+}
+
+__device__ __forceinline__ void store_f64(void* p, blob::DType dt, int64_t i, double v) {
+  switch (dt) {
+    case blob::DType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
+    case blob::DType::kFloat16: static_cast<__half*>(p)[i] = __double2half(v); return;
+    case blob::DType::kBFloat16: static_cast<__nv_bfloat16*>(p)[i] = __double2bfloat16(v); return;
+    case blob::DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
+    case blob::DType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
+    case blob::DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0.0 ? 1 : 0; return;
+  }
+}
+
+__device__ __forceinline__ void store_i64(void* p, blob::DType dt, int64_t i, int64_t v) {
+  switch (dt) {
+    case blob::DType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
+    case blob::DType::kInt64: static_cast<int64_t*>(p)[i] = v; return;
+    case blob::DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; return;
+    default: store_f64(p, dt, i, static_cast<double>(v)); return;
+  }
+}
+
+/// Calls `f(TypeTag<T>{})` with the storage type of `dtype` (uint8_t for Bool).
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+template <typename F>
+void visit_dtype(blob::DType dtype, F&& f) {
+  switch (dtype) {
+    case blob::DType::kFloat32: return f(TypeTag<float>{});
+    case blob::DType::kFloat16: return f(TypeTag<__half>{});
+    case blob::DType::kBFloat16: return f(TypeTag<__nv_bfloat16>{});
+    case blob::DType::kInt32: return f(TypeTag<int32_t>{});
+    case blob::DType::kInt64: return f(TypeTag<int64_t>{});
+    case blob::DType::kBool: return f(TypeTag<uint8_t>{});
+  }
+}
+
+/// Same for the floating dtypes only (the reader guarantees which ops see which).
+template <typename F>
+void visit_floating(blob::DType dtype, F&& f) {
+  switch (dtype) {
+    case blob::DType::kFloat16: return f(TypeTag<__half>{});
+    case blob::DType::kBFloat16: return f(TypeTag<__nv_bfloat16>{});
+    default: return f(TypeTag<float>{});
+  }
+}
+
+/// `kWidth` consecutive elements moved as one aligned access (16 bytes for the vector paths).
+template <typename T, int kWidth>
+struct alignas(sizeof(T) * kWidth) Pack {
+  T v[kWidth];
+};
+
+/// Element offsets of linear index `i` (row-major over loop.sizes) in each operand. `Index` is
+/// uint32_t when the loop has fewer than 2^31 elements: 32-bit division is several times cheaper.
+template <int K, typename Index>
+__device__ __forceinline__ void strided_offsets(const StridedLoop<K>& loop, Index i,
+                                                int64_t (&offsets)[K]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    offsets[k] = 0;
+  }
+#pragma unroll
+  for (int d = static_cast<int>(blob::kMaxRank) - 1; d >= 0; --d) {
+    if (d < loop.rank) {
+      const Index size = static_cast<Index>(loop.sizes[d]);
+      const Index q = i / size;
+      const Index r = i - q * size;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        offsets[k] += static_cast<int64_t>(r) * loop.strides[k][d];
+      }
+      i = q;
+    }
+  }
+}
+
+// --- Reductions. Op is a functor with `T operator()(T, T) const`. ---
+
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+/// Reduces over a group of kGroup threads that work on one row: a warp (kGroup == 32) or the whole
+/// block (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the result.
+/// `scratch` is shared memory for kGroup / 32 values.
+template <int kGroup, typename T, typename Op>
+__device__ __forceinline__ T group_reduce(T v, Op op, T* scratch) {
+  v = warp_reduce(v, op);
+  if constexpr (kGroup > 32) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();  // earlier readers of scratch are done
+    if (lane == 0) {
+      scratch[warp] = v;
+    }
+    __syncthreads();
+    v = scratch[0];
+#pragma unroll
+    for (int w = 1; w < kGroup / 32; ++w) {
+      v = op(v, scratch[w]);
+    }
+  }
+  return v;
+}
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+/// GELU with the exact erf form, and PyTorch's tanh approximation.
+__device__ __forceinline__ float gelu_erf(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/// Row-wise kernels use a warp per row for short rows and a block per row for long ones.
+inline constexpr int64_t kWarpRowLimit = 1024;
+inline constexpr int kRowBlock = 512;
+
+}  // namespace kiln::engine::kernels

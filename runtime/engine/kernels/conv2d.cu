@@ -1,0 +1,249 @@
+#include "runtime/engine/kernels/conv2d.cuh"
+
+#include <climits>
+
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::DType;
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+
+// The most workspace one convolution may ask for; faster algorithms that want more are skipped.
+constexpr size_t kWorkspaceLimit = size_t{256} << 20;
+
+using TensorDesc = UniqueHandle<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor>;
+using FilterDesc = UniqueHandle<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor>;
+using ConvDesc = UniqueHandle<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor>;
+
+Error cudnn_status(cudnnStatus_t status, size_t op, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) {
+    return Error::Ok;
+  }
+  return fail(nullptr, Error::NotSupported, "Kiln engine: op %zu (conv2d): %s failed: %s", op, what,
+              cudnnGetErrorString(status));
+}
+
+cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return CUDNN_DATA_HALF;
+    case DType::kBFloat16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+// Which of cuDNN's math types keep the precision the blob asked for: strict fp32 allows FMA
+// only, TF32 allows tensor cores but not down-conversion to fp16, 16-bit types allow anything.
+bool math_allowed(cudnnMathType_t math, DType dtype, bool strict_fp32) {
+  if (strict_fp32) {
+    return math != CUDNN_TENSOR_OP_MATH && math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+  return dtype != DType::kFloat32 || math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// out[n, c, :, :] += bias[c]; `plane` is H_out * W_out.
+template <typename T>
+__global__ void add_channel_bias_kernel(T* __restrict__ out, int64_t total, int64_t plane,
+                                        int64_t channels, const void* __restrict__ bias,
+                                        DType bias_dtype) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t c = (i / plane) % channels;
+    out[i] = from_float<T>(to_float(out[i]) + static_cast<float>(load_f64(bias, bias_dtype, c)));
+  }
+}
+
+class Conv2dStep final : public Step {
+ public:
+  explicit Conv2dStep(const Conv2dArgs& a, const Graph& graph)
+      : a_(a),
+        dtype_(graph.tensors[a.x].dtype),
+        bias_dtype_(a.bias == kNoTensor ? DType::kFloat32 : graph.tensors[a.bias].dtype),
+        out_nbytes_(graph.tensors[a.out].nbytes) {}
+
+  Error init(const InitContext& ctx) {
+    const int64_t total_out = a_.n * a_.c_out * a_.h_out * a_.w_out;
+    if (total_out == 0) {
+      mode_ = Mode::kNothing;
+      return Error::Ok;
+    }
+    if (a_.c_in == 0 || a_.h * a_.w == 0) {
+      mode_ = Mode::kZeroInput;  // no input element reaches the output: it is just the bias
+      return Error::Ok;
+    }
+    for (int64_t v : {a_.n, a_.c_in, a_.h, a_.w, a_.c_out, a_.kh, a_.kw, a_.stride_h, a_.stride_w,
+                      a_.pad_h, a_.pad_w, a_.dil_h, a_.dil_w, a_.groups, a_.h_out, a_.w_out}) {
+      if (v > INT_MAX) {
+        return fail(nullptr, Error::NotSupported,
+                    "Kiln engine: op %zu (conv2d): a dimension or parameter is %lld, above "
+                    "cuDNN's 32-bit limit",
+                    ctx.op_index, static_cast<long long>(v));
+      }
+    }
+    const size_t op = ctx.op_index;
+    const cudnnDataType_t type = cudnn_type(dtype_);
+    cudnnTensorDescriptor_t x_desc = nullptr;
+    cudnnTensorDescriptor_t y_desc = nullptr;
+    cudnnFilterDescriptor_t w_desc = nullptr;
+    cudnnConvolutionDescriptor_t conv_desc = nullptr;
+    KILN_TRY(cudnn_status(cudnnCreateTensorDescriptor(&x_desc), op, "cudnnCreateTensorDescriptor"));
+    x_desc_.reset(x_desc);
+    KILN_TRY(cudnn_status(cudnnCreateTensorDescriptor(&y_desc), op, "cudnnCreateTensorDescriptor"));
+    y_desc_.reset(y_desc);
+    KILN_TRY(cudnn_status(cudnnCreateFilterDescriptor(&w_desc), op, "cudnnCreateFilterDescriptor"));
+    w_desc_.reset(w_desc);
+    KILN_TRY(cudnn_status(cudnnCreateConvolutionDescriptor(&conv_desc), op,
+                          "cudnnCreateConvolutionDescriptor"));
+    conv_desc_.reset(conv_desc);
+
+    const auto i = [](int64_t v) { return static_cast<int>(v); };
+    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, type, i(a_.n),
+                                                     i(a_.c_in), i(a_.h), i(a_.w)),
+                          op, "describing the input"));
+    KILN_TRY(cudnn_status(cudnnSetFilter4dDescriptor(w_desc, type, CUDNN_TENSOR_NCHW, i(a_.c_out),
+                                                     i(a_.c_in / a_.groups), i(a_.kh), i(a_.kw)),
+                          op, "describing the weight"));
+    KILN_TRY(cudnn_status(cudnnSetConvolution2dDescriptor(
+                              conv_desc, i(a_.pad_h), i(a_.pad_w), i(a_.stride_h), i(a_.stride_w),
+                              i(a_.dil_h), i(a_.dil_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                          op, "describing the convolution"));
+    KILN_TRY(cudnn_status(cudnnSetConvolutionGroupCount(conv_desc, i(a_.groups)), op,
+                          "setting the group count"));
+    // Plain fp32 must not silently drop to TF32 tensor cores; kTf32 and 16-bit types may use them.
+    strict_fp32_ = dtype_ == DType::kFloat32 && ctx.graph.precision != blob::Precision::kTf32;
+    const cudnnMathType_t math = strict_fp32_                ? CUDNN_FMA_MATH
+                                 : dtype_ == DType::kFloat32 ? CUDNN_DEFAULT_MATH
+                                                             : CUDNN_TENSOR_OP_MATH;
+    KILN_TRY(
+        cudnn_status(cudnnSetConvolutionMathType(conv_desc, math), op, "setting the math type"));
+    int dims[4] = {};
+    KILN_TRY(cudnn_status(cudnnGetConvolution2dForwardOutputDim(conv_desc, x_desc, w_desc, &dims[0],
+                                                                &dims[1], &dims[2], &dims[3]),
+                          op, "computing the output shape"));
+    if (dims[0] != a_.n || dims[1] != a_.c_out || dims[2] != a_.h_out || dims[3] != a_.w_out) {
+      return fail(nullptr, Error::InvalidProgram,
+                  "Kiln engine: op %zu (conv2d): cuDNN computes output [%d, %d, %d, %d] but the "
+                  "blob declares [%lld, %lld, %lld, %lld]",
+                  op, dims[0], dims[1], dims[2], dims[3], static_cast<long long>(a_.n),
+                  static_cast<long long>(a_.c_out), static_cast<long long>(a_.h_out),
+                  static_cast<long long>(a_.w_out));
+    }
+    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, type, i(a_.n),
+                                                     i(a_.c_out), i(a_.h_out), i(a_.w_out)),
+                          op, "describing the output"));
+    return choose_algorithm(ctx.cudnn, op, math);
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (mode_ == Mode::kNothing) {
+      return Error::Ok;
+    }
+    void* y = ctx.ptr(a_.out);
+    if (mode_ == Mode::kZeroInput) {
+      KILN_TRY(cuda_status(cudaMemsetAsync(y, 0, out_nbytes_, ctx.stream), Error::Internal,
+                           "Kiln engine: op %zu (conv2d): cudaMemsetAsync failed", ctx.op_index));
+    } else {
+      KILN_TRY(cudnn_status(cudnnSetStream(ctx.cudnn, ctx.stream), ctx.op_index, "cudnnSetStream"));
+      const float alpha = 1.0f;
+      const float beta = 0.0f;
+      const cudnnStatus_t status = cudnnConvolutionForward(
+          ctx.cudnn, &alpha, x_desc_.get(), ctx.ptr(a_.x), w_desc_.get(), ctx.ptr(a_.weight),
+          conv_desc_.get(), algo_, ctx.workspace, workspace_bytes_, &beta, y_desc_.get(), y);
+      if (status != CUDNN_STATUS_SUCCESS) {
+        return fail(nullptr, Error::Internal,
+                    "Kiln engine: op %zu (conv2d): cudnnConvolutionForward failed: %s",
+                    ctx.op_index, cudnnGetErrorString(status));
+      }
+    }
+    if (a_.bias != kNoTensor) {
+      const int64_t total = a_.n * a_.c_out * a_.h_out * a_.w_out;
+      const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+      const void* bias = ctx.ptr(a_.bias);
+      visit_floating(dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        add_channel_bias_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+            static_cast<T*>(y), total, a_.h_out * a_.w_out, a_.c_out, bias, bias_dtype_);
+      });
+    }
+    return Error::Ok;
+  }
+
+  size_t workspace_bytes() const override { return workspace_bytes_; }
+
+ private:
+  enum class Mode { kCudnn, kZeroInput, kNothing };
+
+  Error choose_algorithm(cudnnHandle_t handle, size_t op, cudnnMathType_t math) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    KILN_TRY(cudnn_status(cudnnGetConvolutionForwardAlgorithm_v7(
+                              handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(), y_desc_.get(),
+                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+                          op, "cudnnGetConvolutionForwardAlgorithm_v7"));
+    for (int k = 0; k < returned; ++k) {
+      const cudnnConvolutionFwdAlgoPerf_t& p = perf[k];
+      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceLimit ||
+          !math_allowed(p.mathType, dtype_, strict_fp32_)) {
+        continue;
+      }
+      // Pin the math type the algorithm was rated with (strict fp32 keeps FMA only), then ask
+      // for its workspace under exactly these settings; failing here rejects the candidate.
+      const cudnnMathType_t chosen = strict_fp32_ ? math : p.mathType;
+      size_t bytes = 0;
+      if (cudnnSetConvolutionMathType(conv_desc_.get(), chosen) != CUDNN_STATUS_SUCCESS ||
+          cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(),
+                                                  conv_desc_.get(), y_desc_.get(), p.algo,
+                                                  &bytes) != CUDNN_STATUS_SUCCESS ||
+          bytes > kWorkspaceLimit) {
+        continue;
+      }
+      algo_ = p.algo;
+      workspace_bytes_ = bytes;
+      return Error::Ok;
+    }
+    return fail(nullptr, Error::NotSupported,
+                "Kiln engine: op %zu (conv2d): cuDNN offers no usable algorithm for N=%lld "
+                "C_in=%lld H=%lld W=%lld C_out=%lld kernel %lldx%lld groups %lld (%s)",
+                op, static_cast<long long>(a_.n), static_cast<long long>(a_.c_in),
+                static_cast<long long>(a_.h), static_cast<long long>(a_.w),
+                static_cast<long long>(a_.c_out), static_cast<long long>(a_.kh),
+                static_cast<long long>(a_.kw), static_cast<long long>(a_.groups),
+                dtype_name(dtype_));
+  }
+
+  Conv2dArgs a_;
+  DType dtype_, bias_dtype_;
+  size_t out_nbytes_;
+  Mode mode_ = Mode::kCudnn;
+  bool strict_fp32_ = false;
+  TensorDesc x_desc_, y_desc_;
+  FilterDesc w_desc_;
+  ConvDesc conv_desc_;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace
+
+Result<UniqueCudnn> create_cudnn() {
+  cudnnHandle_t handle = nullptr;
+  const cudnnStatus_t status = cudnnCreate(&handle);
+  if (status != CUDNN_STATUS_SUCCESS) {
+    return fail(nullptr, Error::NotSupported,
+                "Kiln engine: cannot create a cuDNN handle for the graph's conv2d ops: %s (is "
+                "libcudnn.so.9 installed next to the CUDA libraries?)",
+                cudnnGetErrorString(status));
+  }
+  return UniqueCudnn(handle);
+}
+
+StepResult make_conv2d_step(const Conv2dArgs& args, const InitContext& ctx) {
+  auto step = std::make_unique<Conv2dStep>(args, ctx.graph);
+  KILN_TRY(step->init(ctx));
+  return std::unique_ptr<Step>(std::move(step));
+}
+
+}  // namespace kiln::engine::kernels

@@ -1,0 +1,436 @@
+#include "runtime/engine/kernels/elementwise.cuh"
+
+#include <cmath>
+#include <limits>
+
+#include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/elementwise_math.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::BinaryKind;
+using blob::DType;
+using blob::UnaryKind;
+using executorch::runtime::Error;
+
+bool unary_kind_is_exact_on_integers(UnaryKind kind) {
+  switch (kind) {
+    case UnaryKind::kRelu:
+    case UnaryKind::kNeg:
+    case UnaryKind::kAbs:
+    case UnaryKind::kClamp:
+    case UnaryKind::kLogicalNot:
+    case UnaryKind::kIdentity: return true;
+    default: return false;
+  }
+}
+
+// Host-side double -> int64 without undefined behaviour (NaN gives 0, out of range saturates).
+int64_t saturate_to_int64(double v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Binary.
+
+struct BinaryScalars {
+  float alpha_f, scalar_f;
+  int64_t alpha_i, scalar_i;
+};
+
+// a and b stored as T (b may be absent: the scalar), out as TOut (T, or Bool for comparisons).
+// Operand 0 of the loop is out, 1 is a, 2 is b.
+template <typename T, typename TOut, typename Index>
+__global__ void binary_kernel(TOut* __restrict__ out, const T* __restrict__ a,
+                              const T* __restrict__ b, const BinaryScalars s,
+                              const StridedLoop<3> loop, BinaryKind kind) {
+  const Index n = static_cast<Index>(loop.numel);
+  for (Index i = static_cast<Index>(thread_index()); i < n;
+       i += static_cast<Index>(thread_count())) {
+    int64_t off[3];
+    strided_offsets(loop, i, off);
+    if constexpr (std::is_integral_v<T>) {
+      const int64_t vb = b != nullptr ? to_int(b[off[2]]) : s.scalar_i;
+      out[off[0]] = from_int<TOut>(binary_int(kind, to_int(a[off[1]]), vb, s.alpha_i));
+    } else {
+      const float vb = b != nullptr ? to_float(b[off[2]]) : s.scalar_f;
+      out[off[0]] = from_float<TOut>(binary_float(kind, to_float(a[off[1]]), vb, s.alpha_f));
+    }
+  }
+}
+
+// Mixed dtypes, read and written through their runtime dtype.
+template <bool kFloatMath>
+__global__ void binary_dyn_kernel(void* __restrict__ out, DType out_dtype,
+                                  const void* __restrict__ a, DType a_dtype,
+                                  const void* __restrict__ b, DType b_dtype, const BinaryScalars s,
+                                  const StridedLoop<3> loop, BinaryKind kind) {
+  for (int64_t i = thread_index(); i < loop.numel; i += thread_count()) {
+    int64_t off[3];
+    strided_offsets(loop, i, off);
+    if constexpr (kFloatMath) {
+      const float va = static_cast<float>(load_f64(a, a_dtype, off[1]));
+      const float vb = b != nullptr ? static_cast<float>(load_f64(b, b_dtype, off[2])) : s.scalar_f;
+      store_f64(out, out_dtype, off[0], binary_float(kind, va, vb, s.alpha_f));
+    } else {
+      const int64_t va = load_i64(a, a_dtype, off[1]);
+      const int64_t vb = b != nullptr ? load_i64(b, b_dtype, off[2]) : s.scalar_i;
+      store_i64(out, out_dtype, off[0], binary_int(kind, va, vb, s.alpha_i));
+    }
+  }
+}
+
+enum class BMode : int { kDense = 0, kUniform = 1, kScalar = 2 };
+
+// Contiguous a and out (and b, unless it is one value), all 16-byte aligned: 16-byte accesses.
+template <typename T>
+__global__ void binary_vec_kernel(T* __restrict__ out, const T* __restrict__ a,
+                                  const T* __restrict__ b, BMode b_mode, float scalar, float alpha,
+                                  BinaryKind kind, int64_t n) {
+  constexpr int kWidth = 16 / sizeof(T);
+  using P = Pack<T, kWidth>;
+  const float uniform = b_mode == BMode::kUniform ? to_float(b[0]) : scalar;
+  const int64_t packs = n / kWidth;
+  for (int64_t i = thread_index(); i < packs; i += thread_count()) {
+    const P pa = reinterpret_cast<const P*>(a)[i];
+    P pb = {};
+    if (b_mode == BMode::kDense) {
+      pb = reinterpret_cast<const P*>(b)[i];
+    }
+    P po;
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      const float vb = b_mode == BMode::kDense ? to_float(pb.v[j]) : uniform;
+      po.v[j] = from_float<T>(binary_float(kind, to_float(pa.v[j]), vb, alpha));
+    }
+    reinterpret_cast<P*>(out)[i] = po;
+  }
+  for (int64_t i = packs * kWidth + thread_index(); i < n; i += thread_count()) {
+    const float vb = b_mode == BMode::kDense ? to_float(b[i]) : uniform;
+    out[i] = from_float<T>(binary_float(kind, to_float(a[i]), vb, alpha));
+  }
+}
+
+bool is_compare_or_logical(BinaryKind k) {
+  return k >= BinaryKind::kEq && k <= BinaryKind::kLogicalOr;
+}
+
+class BinaryStep final : public Step {
+ public:
+  BinaryStep(const BinaryArgs& args, const Graph& graph)
+      : kind_(args.kind),
+        a_(args.a),
+        b_(args.b),
+        out_(args.out),
+        a_dtype_(graph.tensors[args.a].dtype),
+        b_dtype_(args.b == kNoTensor ? a_dtype_ : graph.tensors[args.b].dtype),
+        out_dtype_(graph.tensors[args.out].dtype) {
+    int64_t out_strides[blob::kMaxRank];
+    contiguous_strides(args.rank, args.sizes, out_strides);
+    static const int64_t kZero[blob::kMaxRank] = {};
+    const int64_t* strides[3] = {out_strides, args.a_strides,
+                                 args.b == kNoTensor ? kZero : args.b_strides};
+    loop_ = collapse<3>(args.rank, args.sizes, strides);
+    scalars_ = {static_cast<float>(args.alpha), static_cast<float>(args.scalar),
+                saturate_to_int64(args.alpha), saturate_to_int64(args.scalar)};
+    const bool scalar_is_fractional =
+        args.b == kNoTensor &&
+        !(std::isfinite(args.scalar) && args.scalar == std::trunc(args.scalar));
+    float_math_ = is_floating(a_dtype_) || (args.b != kNoTensor && is_floating(b_dtype_)) ||
+                  scalar_is_fractional || kind_ == BinaryKind::kDiv ||
+                  (!is_compare_or_logical(kind_) && is_floating(out_dtype_));
+    typed_ = b_dtype_ == a_dtype_ && (out_dtype_ == a_dtype_ || out_dtype_ == DType::kBool) &&
+             float_math_ == is_floating(a_dtype_);
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (loop_.numel == 0) {
+      return Error::Ok;
+    }
+    void* out = ctx.ptr(out_);
+    const void* a = ctx.ptr(a_);
+    const void* b = b_ == kNoTensor ? nullptr : ctx.ptr(b_);
+    const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
+    if (!typed_) {
+      if (float_math_) {
+        binary_dyn_kernel<true><<<blocks, kBlock, 0, ctx.stream>>>(
+            out, out_dtype_, a, a_dtype_, b, b_dtype_, scalars_, loop_, kind_);
+      } else {
+        binary_dyn_kernel<false><<<blocks, kBlock, 0, ctx.stream>>>(
+            out, out_dtype_, a, a_dtype_, b, b_dtype_, scalars_, loop_, kind_);
+      }
+      return Error::Ok;
+    }
+    if (is_floating(a_dtype_) && out_dtype_ == a_dtype_ && try_vector(out, a, b, ctx)) {
+      return Error::Ok;
+    }
+    const bool bool_out = out_dtype_ == DType::kBool && a_dtype_ != DType::kBool;
+    visit_dtype(a_dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (bool_out) {
+        launch<T, uint8_t>(out, a, b, blocks, ctx);
+      } else {
+        launch<T, T>(out, a, b, blocks, ctx);
+      }
+    });
+    return Error::Ok;
+  }
+
+ private:
+  template <typename T, typename TOut>
+  void launch(void* out, const void* a, const void* b, unsigned blocks, const RunContext& ctx) {
+    if (loop_.numel <= INT32_MAX) {
+      binary_kernel<T, TOut, uint32_t>
+          <<<blocks, kBlock, 0, ctx.stream>>>(static_cast<TOut*>(out), static_cast<const T*>(a),
+                                              static_cast<const T*>(b), scalars_, loop_, kind_);
+    } else {
+      binary_kernel<T, TOut, int64_t>
+          <<<blocks, kBlock, 0, ctx.stream>>>(static_cast<TOut*>(out), static_cast<const T*>(a),
+                                              static_cast<const T*>(b), scalars_, loop_, kind_);
+    }
+  }
+
+  bool try_vector(void* out, const void* a, const void* b, const RunContext& ctx) {
+    if (!is_dense(loop_, 0) || !is_dense(loop_, 1)) {
+      return false;
+    }
+    BMode mode = BMode::kScalar;
+    if (b != nullptr) {
+      if (is_dense(loop_, 2)) {
+        mode = BMode::kDense;
+      } else if (loop_.rank == 1 && loop_.strides[2][0] == 0) {
+        mode = BMode::kUniform;
+      } else {
+        return false;
+      }
+    }
+    if (alignment_of(out) < 16 || alignment_of(a) < 16 ||
+        (mode == BMode::kDense && alignment_of(b) < 16)) {
+      return false;
+    }
+    const unsigned blocks = blocks_for(loop_.numel / 4 + 1, kBlock, ctx.max_blocks);
+    visit_floating(a_dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      binary_vec_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), mode,
+          scalars_.scalar_f, scalars_.alpha_f, kind_, loop_.numel);
+    });
+    return true;
+  }
+
+  BinaryKind kind_;
+  int64_t a_, b_, out_;
+  DType a_dtype_, b_dtype_, out_dtype_;
+  StridedLoop<3> loop_;
+  BinaryScalars scalars_{};
+  bool float_math_ = true;
+  bool typed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Unary.
+
+// x and out both T (floating), contiguous; kWidth elements per access (1 when unaligned).
+template <typename T, int kWidth>
+__global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t n,
+                                 UnaryKind kind, float p0, float p1) {
+  using P = Pack<T, kWidth>;
+  const int64_t packs = n / kWidth;
+  for (int64_t i = thread_index(); i < packs; i += thread_count()) {
+    const P px = reinterpret_cast<const P*>(x)[i];
+    P po;
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      po.v[j] = from_float<T>(unary_float(kind, to_float(px.v[j]), p0, p1));
+    }
+    reinterpret_cast<P*>(out)[i] = po;
+  }
+  for (int64_t i = packs * kWidth + thread_index(); i < n; i += thread_count()) {
+    out[i] = from_float<T>(unary_float(kind, to_float(x[i]), p0, p1));
+  }
+}
+
+template <bool kFloatMath>
+__global__ void unary_dyn_kernel(void* __restrict__ out, DType out_dtype,
+                                 const void* __restrict__ x, DType x_dtype, int64_t n,
+                                 UnaryKind kind, float p0, float p1, int64_t lo, int64_t hi) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    if constexpr (kFloatMath) {
+      const float v = static_cast<float>(load_f64(x, x_dtype, i));
+      store_f64(out, out_dtype, i, unary_float(kind, v, p0, p1));
+    } else {
+      store_i64(out, out_dtype, i, unary_int(kind, load_i64(x, x_dtype, i), lo, hi));
+    }
+  }
+}
+
+class UnaryStep final : public Step {
+ public:
+  UnaryStep(const UnaryArgs& args, const Graph& graph)
+      : kind_(args.kind),
+        x_(args.x),
+        out_(args.out),
+        x_dtype_(graph.tensors[args.x].dtype),
+        out_dtype_(graph.tensors[args.out].dtype),
+        n_(graph.tensors[args.x].numel),
+        p0_(static_cast<float>(args.p0)),
+        p1_(static_cast<float>(args.p1)) {
+    // clamp bounds on integers: the smallest integer >= p0 and the largest <= p1.
+    lo_ = std::isnan(args.p0) ? std::numeric_limits<int64_t>::min()
+                              : saturate_to_int64(std::ceil(args.p0));
+    hi_ = std::isnan(args.p1) ? std::numeric_limits<int64_t>::max()
+                              : saturate_to_int64(std::floor(args.p1));
+    int_math_ = !is_floating(x_dtype_) && !is_floating(out_dtype_) &&
+                unary_kind_is_exact_on_integers(kind_);
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (n_ == 0) {
+      return Error::Ok;
+    }
+    void* out = ctx.ptr(out_);
+    const void* x = ctx.ptr(x_);
+    if (x_dtype_ == out_dtype_ && is_floating(x_dtype_)) {
+      const bool aligned = alignment_of(out) >= 16 && alignment_of(x) >= 16;
+      visit_floating(x_dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int kWidth = 16 / sizeof(T);
+        if (aligned) {
+          const unsigned blocks = blocks_for(n_ / kWidth + 1, kBlock, ctx.max_blocks);
+          unary_vec_kernel<T, kWidth><<<blocks, kBlock, 0, ctx.stream>>>(
+              static_cast<T*>(out), static_cast<const T*>(x), n_, kind_, p0_, p1_);
+        } else {
+          const unsigned blocks = blocks_for(n_, kBlock, ctx.max_blocks);
+          unary_vec_kernel<T, 1><<<blocks, kBlock, 0, ctx.stream>>>(
+              static_cast<T*>(out), static_cast<const T*>(x), n_, kind_, p0_, p1_);
+        }
+      });
+      return Error::Ok;
+    }
+    const unsigned blocks = blocks_for(n_, kBlock, ctx.max_blocks);
+    if (int_math_) {
+      unary_dyn_kernel<false><<<blocks, kBlock, 0, ctx.stream>>>(out, out_dtype_, x, x_dtype_, n_,
+                                                                 kind_, p0_, p1_, lo_, hi_);
+    } else {
+      unary_dyn_kernel<true><<<blocks, kBlock, 0, ctx.stream>>>(out, out_dtype_, x, x_dtype_, n_,
+                                                                kind_, p0_, p1_, lo_, hi_);
+    }
+    return Error::Ok;
+  }
+
+ private:
+  UnaryKind kind_;
+  int64_t x_, out_;
+  DType x_dtype_, out_dtype_;
+  int64_t n_;
+  float p0_, p1_;
+  int64_t lo_ = 0, hi_ = 0;
+  bool int_math_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Where. Operand 0 of the loop is out, 1 cond, 2 a, 3 b.
+
+template <typename Word>
+__global__ void where_kernel(Word* __restrict__ out, const uint8_t* __restrict__ cond,
+                             const Word* __restrict__ a, const Word* __restrict__ b,
+                             const StridedLoop<4> loop) {
+  for (int64_t i = thread_index(); i < loop.numel; i += thread_count()) {
+    int64_t off[4];
+    strided_offsets(loop, i, off);
+    out[off[0]] = cond[off[1]] != 0 ? a[off[2]] : b[off[3]];
+  }
+}
+
+__global__ void where_dyn_kernel(void* __restrict__ out, DType out_dtype,
+                                 const uint8_t* __restrict__ cond, const void* __restrict__ a,
+                                 DType a_dtype, const void* __restrict__ b, DType b_dtype,
+                                 const StridedLoop<4> loop, bool integral) {
+  for (int64_t i = thread_index(); i < loop.numel; i += thread_count()) {
+    int64_t off[4];
+    strided_offsets(loop, i, off);
+    const bool take_a = cond[off[1]] != 0;
+    if (integral) {
+      store_i64(out, out_dtype, off[0],
+                take_a ? load_i64(a, a_dtype, off[2]) : load_i64(b, b_dtype, off[3]));
+    } else {
+      store_f64(out, out_dtype, off[0],
+                take_a ? load_f64(a, a_dtype, off[2]) : load_f64(b, b_dtype, off[3]));
+    }
+  }
+}
+
+class WhereStep final : public Step {
+ public:
+  WhereStep(const WhereArgs& args, const Graph& graph)
+      : cond_(args.cond),
+        a_(args.a),
+        b_(args.b),
+        out_(args.out),
+        a_dtype_(graph.tensors[args.a].dtype),
+        b_dtype_(graph.tensors[args.b].dtype),
+        out_dtype_(graph.tensors[args.out].dtype) {
+    int64_t out_strides[blob::kMaxRank];
+    contiguous_strides(args.rank, args.sizes, out_strides);
+    const int64_t* strides[4] = {out_strides, args.cond_strides, args.a_strides, args.b_strides};
+    loop_ = collapse<4>(args.rank, args.sizes, strides);
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (loop_.numel == 0) {
+      return Error::Ok;
+    }
+    void* out = ctx.ptr(out_);
+    const auto* cond = ctx.ptr<const uint8_t>(cond_);
+    const void* a = ctx.ptr(a_);
+    const void* b = ctx.ptr(b_);
+    const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
+    if (a_dtype_ != out_dtype_ || b_dtype_ != out_dtype_) {
+      const bool integral =
+          !is_floating(a_dtype_) && !is_floating(b_dtype_) && !is_floating(out_dtype_);
+      where_dyn_kernel<<<blocks, kBlock, 0, ctx.stream>>>(out, out_dtype_, cond, a, a_dtype_, b,
+                                                          b_dtype_, loop_, integral);
+      return Error::Ok;
+    }
+    switch (element_size(out_dtype_)) {
+      case 1: return launch<uint8_t>(out, cond, a, b, blocks, ctx);
+      case 2: return launch<uint16_t>(out, cond, a, b, blocks, ctx);
+      case 4: return launch<uint32_t>(out, cond, a, b, blocks, ctx);
+      default: return launch<uint64_t>(out, cond, a, b, blocks, ctx);
+    }
+  }
+
+ private:
+  template <typename Word>
+  Error launch(void* out, const uint8_t* cond, const void* a, const void* b, unsigned blocks,
+               const RunContext& ctx) {
+    where_kernel<Word><<<blocks, kBlock, 0, ctx.stream>>>(static_cast<Word*>(out), cond,
+                                                          static_cast<const Word*>(a),
+                                                          static_cast<const Word*>(b), loop_);
+    return Error::Ok;
+  }
+
+  int64_t cond_, a_, b_, out_;
+  DType a_dtype_, b_dtype_, out_dtype_;
+  StridedLoop<4> loop_;
+};
+
+}  // namespace
+
+StepResult make_binary_step(const BinaryArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new BinaryStep(args, ctx.graph));
+}
+
+StepResult make_unary_step(const UnaryArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new UnaryStep(args, ctx.graph));
+}
+
+StepResult make_where_step(const WhereArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new WhereStep(args, ctx.graph));
+}
+
+}  // namespace kiln::engine::kernels

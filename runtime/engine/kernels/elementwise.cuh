@@ -1,0 +1,14 @@
+// Elementwise families: kBinary (every BinaryKind, broadcasting through 0 strides, a scalar in
+// place of b), kUnary (every UnaryKind, optionally casting) and kWhere (broadcast select).
+// Floating math runs in fp32 whatever the storage; integer and Bool operands use int64 math.
+#pragma once
+
+#include "runtime/engine/step.h"
+
+namespace kiln::engine::kernels {
+
+StepResult make_binary_step(const BinaryArgs& args, const InitContext& ctx);
+StepResult make_unary_step(const UnaryArgs& args, const InitContext& ctx);
+StepResult make_where_step(const WhereArgs& args, const InitContext& ctx);
+
+}  // namespace kiln::engine::kernels

@@ -1,0 +1,297 @@
+#include "runtime/engine/kernels/matmul.cuh"
+
+#include <climits>
+#include <utility>
+
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::DType;
+using blob::Epilogue;
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+
+using MatmulDesc = UniqueHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Layout = UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = UniqueHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+using ll = long long;
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat16: return CUDA_R_16F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+// out = act(out + beta * bias[row * rs + col * cs]) over [batch, M, N]; bias may be null.
+template <typename T>
+__global__ void matmul_epilogue_kernel(T* __restrict__ out, int64_t total, int64_t m, int64_t n,
+                                       const void* __restrict__ bias, DType bias_dtype,
+                                       int64_t row_stride, int64_t col_stride, float beta,
+                                       Epilogue act) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    float v = to_float(out[i]);
+    if (bias != nullptr) {
+      const int64_t mn = i % (m * n);
+      const int64_t row = mn / n;
+      const int64_t col = mn - row * n;
+      v += beta *
+           static_cast<float>(load_f64(bias, bias_dtype, row * row_stride + col * col_stride));
+    }
+    switch (act) {
+      case Epilogue::kRelu: v = v != v ? v : fmaxf(v, 0.0f); break;
+      case Epilogue::kGeluErf: v = gelu_erf(v); break;
+      case Epilogue::kGeluTanh: v = gelu_tanh(v); break;
+      case Epilogue::kNone: break;
+    }
+    out[i] = from_float<T>(v);
+  }
+}
+
+class MatmulStep final : public Step {
+ public:
+  MatmulStep(const MatmulArgs& a, const Graph& graph, cublasLtHandle_t lt)
+      : a_(a),
+        lt_(lt),
+        in_dtype_(graph.tensors[a.a].dtype),
+        out_dtype_(graph.tensors[a.out].dtype),
+        bias_dtype_(a.bias == kNoTensor ? out_dtype_ : graph.tensors[a.bias].dtype),
+        out_nbytes_(graph.tensors[a.out].nbytes) {}
+
+  Error init(const InitContext& ctx) {
+    op_ = ctx.op_index;
+    if (a_.batch == 0 || a_.m == 0 || a_.n == 0) {
+      empty_ = true;
+      return Error::Ok;
+    }
+    // Decide what cuBLASLt fuses and what the pass after it does.
+    const bool per_column_bias = a_.bias != kNoTensor && a_.bias_row_stride == 0 &&
+                                 a_.bias_col_stride == 1 && a_.beta == 1.0 &&
+                                 bias_dtype_ == out_dtype_;
+    lt_bias_ = per_column_bias && a_.k > 0;
+    post_bias_ = a_.bias != kNoTensor && !lt_bias_;
+    const bool lt_act = !post_bias_ && a_.k > 0 &&
+                        (a_.epilogue == Epilogue::kRelu || a_.epilogue == Epilogue::kGeluTanh);
+    post_act_ = lt_act ? Epilogue::kNone : a_.epilogue;
+    if (a_.k == 0) {
+      return Error::Ok;  // out = 0, then the pass: no cuBLASLt call
+    }
+    if (a_.batch > INT_MAX) {
+      return fail(nullptr, Error::NotSupported,
+                  "Kiln engine: op %zu (matmul): batch %lld is above cuBLASLt's limit of %d", op_,
+                  ll(a_.batch), INT_MAX);
+    }
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    if (lt_act && a_.epilogue == Epilogue::kRelu) {
+      epilogue = lt_bias_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    } else if (lt_act && a_.epilogue == Epilogue::kGeluTanh) {
+      // cuBLASLt's GELU is the tanh approximation (as PyTorch's fused addmm assumes).
+      epilogue = lt_bias_ ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    } else if (lt_bias_) {
+      epilogue = CUBLASLT_EPILOGUE_BIAS;
+    }
+
+    const cublasComputeType_t compute =
+        in_dtype_ == DType::kFloat32 && ctx.graph.precision == blob::Precision::kTf32
+            ? CUBLAS_COMPUTE_32F_FAST_TF32
+            : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t desc = nullptr;
+    KILN_TRY(
+        status(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+    desc_.reset(desc);
+    // Row-major out = A @ B is column-major out^T = B^T @ A^T: cuBLASLt's "A" is our b and its
+    // "B" is our a, each read column-major from the row-major buffer.
+    const cublasOperation_t op_lt_a = a_.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_lt_b = a_.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)));
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (lt_bias_) {
+      const int32_t bias_type = cuda_type(bias_dtype_);  // equal to out's, stated explicitly
+      KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+
+    const uint64_t m = static_cast<uint64_t>(a_.m);
+    const uint64_t n = static_cast<uint64_t>(a_.n);
+    const uint64_t k = static_cast<uint64_t>(a_.k);
+    const cudaDataType_t in_type = cuda_type(in_dtype_);
+    const cudaDataType_t out_type = cuda_type(out_dtype_);
+    // Our b: K x N row-major (N x K when trans_b) = N x K (K x N) column-major.
+    KILN_TRY(make_layout(layout_a_, in_type, a_.trans_b ? k : n, a_.trans_b ? n : k,
+                         a_.trans_b ? a_.k : a_.n, a_.b_batch_stride));
+    // Our a: M x K row-major (K x M when trans_a) = K x M (M x K) column-major.
+    KILN_TRY(make_layout(layout_b_, in_type, a_.trans_a ? m : k, a_.trans_a ? k : m,
+                         a_.trans_a ? a_.m : a_.k, a_.a_batch_stride));
+    KILN_TRY(make_layout(layout_d_, out_type, n, m, a_.n, a_.m * a_.n));
+
+    align_a_ = ctx.alignment[a_.b];
+    align_b_ = ctx.alignment[a_.a];
+    align_d_ = ctx.alignment[a_.out];
+    return choose_algorithm();
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (empty_) {
+      return Error::Ok;
+    }
+    void* out = ctx.ptr(a_.out);
+    if (a_.k == 0) {
+      KILN_TRY(cuda_status(cudaMemsetAsync(out, 0, out_nbytes_, ctx.stream), Error::Internal,
+                           "Kiln engine: op %zu (matmul): cudaMemsetAsync failed", op_));
+    } else {
+      const void* lt_a = ctx.ptr(a_.b);
+      const void* lt_b = ctx.ptr(a_.a);
+      // Bound io buffers may be less aligned than the algorithm was chosen for: choose again.
+      if (alignment_of(lt_a) < align_a_ || alignment_of(lt_b) < align_b_ ||
+          alignment_of(out) < align_d_) {
+        align_a_ = alignment_of(lt_a);
+        align_b_ = alignment_of(lt_b);
+        align_d_ = alignment_of(out);
+        KILN_TRY(choose_algorithm());
+      }
+      if (lt_bias_) {
+        const void* bias = ctx.ptr(a_.bias);
+        KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+      }
+      const float alpha = static_cast<float>(a_.alpha);
+      const float beta = 0.0f;
+      const cublasStatus_t s =
+          cublasLtMatmul(ctx.lt, desc_.get(), &alpha, lt_a, layout_a_.get(), lt_b, layout_b_.get(),
+                         &beta, out, layout_d_.get(), out, layout_d_.get(), &algo_, ctx.workspace,
+                         kMatmulWorkspaceBytes, ctx.stream);
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        return fail(nullptr, Error::Internal,
+                    "Kiln engine: op %zu (matmul): cublasLtMatmul failed: %s", op_,
+                    cublasLtGetStatusString(s));
+      }
+    }
+    if (post_bias_ || post_act_ != Epilogue::kNone) {
+      const int64_t total = a_.batch * a_.m * a_.n;
+      const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+      const void* bias = post_bias_ ? ctx.ptr(a_.bias) : nullptr;
+      visit_floating(out_dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        matmul_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+            static_cast<T*>(out), total, a_.m, a_.n, bias, bias_dtype_, a_.bias_row_stride,
+            a_.bias_col_stride, static_cast<float>(a_.beta), post_act_);
+      });
+    }
+    return Error::Ok;
+  }
+
+  size_t workspace_bytes() const override {
+    return empty_ || a_.k == 0 ? 0 : kMatmulWorkspaceBytes;
+  }
+
+ private:
+  Error status(cublasStatus_t s, const char* what) const {
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      return Error::Ok;
+    }
+    return fail(nullptr, Error::NotSupported, "Kiln engine: op %zu (matmul): %s failed: %s", op_,
+                what, cublasLtGetStatusString(s));
+  }
+
+  Error set_desc(cublasLtMatmulDescAttributes_t attribute, const void* value, size_t size) {
+    return status(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, value, size),
+                  "cublasLtMatmulDescSetAttribute");
+  }
+
+  Error make_layout(Layout& layout, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld,
+                    int64_t batch_stride) {
+    cublasLtMatrixLayout_t raw = nullptr;
+    KILN_TRY(status(cublasLtMatrixLayoutCreate(&raw, type, rows, cols, ld),
+                    "cublasLtMatrixLayoutCreate"));
+    layout.reset(raw);
+    if (a_.batch > 1) {
+      const int32_t count = static_cast<int32_t>(a_.batch);
+      KILN_TRY(status(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                       &count, sizeof(count)),
+                      "setting the batch count"));
+      KILN_TRY(
+          status(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &batch_stride, sizeof(batch_stride)),
+                 "setting the batch stride"));
+    }
+    return Error::Ok;
+  }
+
+  // Asks the heuristic for the best algorithm under the current alignments; host-only, so it is
+  // also safe while the stream is being captured.
+  Error choose_algorithm() {
+    cublasLtMatmulPreference_t raw = nullptr;
+    KILN_TRY(status(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
+    Preference preference(raw);
+    const uint64_t workspace = kMatmulWorkspaceBytes;
+    KILN_TRY(
+        status(cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &workspace, sizeof(workspace)),
+               "setting the workspace limit"));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a_},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b_},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d_},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d_},
+    };
+    for (const auto& [attribute, bytes] : alignments) {
+      KILN_TRY(status(cublasLtMatmulPreferenceSetAttribute(raw, attribute, &bytes, sizeof(bytes)),
+                      "setting an alignment"));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(lt_, desc_.get(), layout_a_.get(), layout_b_.get(),
+                                       layout_d_.get(), layout_d_.get(), raw, 1, &result, &found);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+      return fail(nullptr, Error::NotSupported,
+                  "Kiln engine: op %zu (matmul): cuBLASLt has no algorithm for batch %lld, M %lld, "
+                  "N %lld, K %lld, trans_a %d, trans_b %d, %s -> %s (%s)",
+                  op_, ll(a_.batch), ll(a_.m), ll(a_.n), ll(a_.k), a_.trans_a, a_.trans_b,
+                  dtype_name(in_dtype_), dtype_name(out_dtype_),
+                  s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "no heuristic result");
+    }
+    algo_ = result.algo;
+    return Error::Ok;
+  }
+
+  MatmulArgs a_;
+  cublasLtHandle_t lt_;
+  DType in_dtype_, out_dtype_, bias_dtype_;
+  size_t out_nbytes_;
+  size_t op_ = 0;
+  bool empty_ = false;
+  bool lt_bias_ = false;
+  bool post_bias_ = false;
+  Epilogue post_act_ = Epilogue::kNone;
+  MatmulDesc desc_;
+  Layout layout_a_, layout_b_, layout_d_;
+  uint32_t align_a_ = 16, align_b_ = 16, align_d_ = 16;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace
+
+Result<UniqueCublasLt> create_cublas_lt() {
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t status = cublasLtCreate(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return fail(nullptr, Error::NotSupported,
+                "Kiln engine: cannot create a cuBLASLt handle for the graph's matmul ops: %s",
+                cublasLtGetStatusString(status));
+  }
+  return UniqueCublasLt(handle);
+}
+
+StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx) {
+  auto step = std::make_unique<MatmulStep>(args, ctx.graph, ctx.lt);
+  KILN_TRY(step->init(ctx));
+  return std::unique_ptr<Step>(std::move(step));
+}
+
+}  // namespace kiln::engine::kernels

@@ -1,0 +1,21 @@
+// kMatmul through cuBLASLt: batched, strided (batch stride 0 broadcasts), either operand
+// transposed, fp32 (TF32 only when the blob's precision is kTf32) or fp16/bf16 with fp32
+// accumulation. A per-column bias with beta 1 and the relu / tanh-GELU epilogues run inside
+// cuBLASLt; any other bias layout, beta, or the erf GELU run as one elementwise pass after it.
+#pragma once
+
+#include "runtime/engine/device.h"
+#include "runtime/engine/step.h"
+
+namespace kiln::engine::kernels {
+
+using UniqueCublasLt = UniqueHandle<cublasLtHandle_t, cublasLtDestroy>;
+
+/// Workspace every matmul step is given (the size cuBLAS recommends for Hopper).
+inline constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;
+
+executorch::runtime::Result<UniqueCublasLt> create_cublas_lt();
+
+StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx);
+
+}  // namespace kiln::engine::kernels

@@ -1,0 +1,171 @@
+#include "runtime/engine/kernels/reduce.cuh"
+
+#include <type_traits>
+
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::DType;
+using blob::ReduceKind;
+using executorch::runtime::Error;
+
+template <typename T>
+using AccOf = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+
+template <typename Acc>
+__device__ __forceinline__ Acc identity(ReduceKind kind) {
+  if (kind == ReduceKind::kAmax) {
+    if constexpr (std::is_integral_v<Acc>)
+      return INT64_MIN;
+    else
+      return -INFINITY;
+  }
+  if (kind == ReduceKind::kAmin) {
+    if constexpr (std::is_integral_v<Acc>)
+      return INT64_MAX;
+    else
+      return INFINITY;
+  }
+  return Acc{0};
+}
+
+template <typename Acc>
+struct Combine {
+  ReduceKind kind;
+  __device__ __forceinline__ Acc operator()(Acc a, Acc b) const {
+    switch (kind) {
+      case ReduceKind::kAmax:
+        if constexpr (!std::is_integral_v<Acc>) {
+          if (a != a || b != b) return a != a ? a : b;
+        }
+        return a > b ? a : b;
+      case ReduceKind::kAmin:
+        if constexpr (!std::is_integral_v<Acc>) {
+          if (a != a || b != b) return a != a ? a : b;
+        }
+        return a < b ? a : b;
+      case ReduceKind::kAny: return (a != Acc{0} || b != Acc{0}) ? Acc{1} : Acc{0};
+      default:
+        if constexpr (std::is_integral_v<Acc>) {
+          return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+        } else {
+          return a + b;
+        }
+    }
+  }
+};
+
+template <typename T, typename Acc>
+__device__ __forceinline__ Acc value(ReduceKind kind, T v) {
+  if constexpr (std::is_integral_v<Acc>) {
+    const int64_t i = to_int(v);
+    return kind == ReduceKind::kAny ? (i != 0) : i;
+  } else {
+    const double f = to_float(v);
+    return kind == ReduceKind::kAny ? (f != 0.0 ? 1.0 : 0.0) : f;
+  }
+}
+
+template <typename Acc>
+__device__ __forceinline__ void store_result(void* out, DType out_dtype, int64_t i, Acc acc,
+                                             ReduceKind kind, int64_t reduce) {
+  if (kind == ReduceKind::kMean) {
+    store_f64(out, out_dtype, i, static_cast<double>(acc) / static_cast<double>(reduce));
+  } else if constexpr (std::is_integral_v<Acc>) {
+    store_i64(out, out_dtype, i, acc);
+  } else {
+    store_f64(out, out_dtype, i, acc);
+  }
+}
+
+// inner == 1: a group of kGroup threads (warp or block) per contiguous row.
+template <typename T, int kGroup>
+__global__ void reduce_rows_kernel(const T* __restrict__ x, void* __restrict__ out, DType out_dtype,
+                                   int64_t rows, int64_t cols, ReduceKind kind) {
+  using Acc = AccOf<T>;
+  __shared__ Acc scratch[32];
+  const Combine<Acc> combine{kind};
+  const int lane = threadIdx.x % kGroup;
+  const int64_t groups_per_block = blockDim.x / kGroup;
+  const int64_t first = blockIdx.x * groups_per_block + threadIdx.x / kGroup;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * groups_per_block;
+  for (int64_t row = first; row < rows; row += stride) {
+    const T* xr = x + row * cols;
+    Acc acc = identity<Acc>(kind);
+    for (int64_t c = lane; c < cols; c += kGroup) {
+      acc = combine(acc, value<T, Acc>(kind, xr[c]));
+    }
+    acc = group_reduce<kGroup>(acc, combine, scratch);
+    if (lane == 0) {
+      store_result(out, out_dtype, row, acc, kind, cols);
+    }
+  }
+}
+
+// inner > 1: a thread per output walks the reduced axis with stride `inner` (coalesced across
+// neighbouring threads).
+template <typename T>
+__global__ void reduce_columns_kernel(const T* __restrict__ x, void* __restrict__ out,
+                                      DType out_dtype, int64_t outer, int64_t reduce, int64_t inner,
+                                      ReduceKind kind) {
+  using Acc = AccOf<T>;
+  const Combine<Acc> combine{kind};
+  const int64_t outputs = outer * inner;
+  for (int64_t i = thread_index(); i < outputs; i += thread_count()) {
+    const int64_t o = i / inner;
+    const T* base = x + o * reduce * inner + (i - o * inner);
+    Acc acc = identity<Acc>(kind);
+    for (int64_t r = 0; r < reduce; ++r) {
+      acc = combine(acc, value<T, Acc>(kind, base[r * inner]));
+    }
+    store_result(out, out_dtype, i, acc, kind, reduce);
+  }
+}
+
+class ReduceStep final : public Step {
+ public:
+  ReduceStep(const ReduceArgs& args, const Graph& graph)
+      : a_(args),
+        x_dtype_(graph.tensors[args.x].dtype),
+        out_dtype_(graph.tensors[args.out].dtype) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.outer == 0 || a_.inner == 0) {
+      return Error::Ok;
+    }
+    void* out = ctx.ptr(a_.out);
+    visit_dtype(x_dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = ctx.ptr<const T>(a_.x);
+      if (a_.inner > 1) {
+        const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock, ctx.max_blocks);
+        reduce_columns_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer,
+                                                                    a_.reduce, a_.inner, a_.kind);
+      } else if (a_.reduce <= kWarpRowLimit) {
+        constexpr int kRowsPerBlock = kBlock / 32;
+        const unsigned blocks = blocks_for(a_.outer, kRowsPerBlock, ctx.max_blocks);
+        reduce_rows_kernel<T, 32>
+            <<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer, a_.reduce, a_.kind);
+      } else {
+        const unsigned blocks = blocks_for(a_.outer, 1, ctx.max_blocks);
+        reduce_rows_kernel<T, kRowBlock><<<blocks, kRowBlock, 0, ctx.stream>>>(
+            x, out, out_dtype_, a_.outer, a_.reduce, a_.kind);
+      }
+    });
+    return Error::Ok;
+  }
+
+ private:
+  ReduceArgs a_;
+  DType x_dtype_, out_dtype_;
+};
+
+}  // namespace
+
+StepResult make_reduce_step(const ReduceArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new ReduceStep(args, ctx.graph));
+}
+
+}  // namespace kiln::engine::kernels
