@@ -1,0 +1,45 @@
+// The one static initializer of libkiln_executorch_backend.so: registers KilnBackend with the
+// ExecuTorch runtime already in the process (the wheel's libexecutorch.so) and, unless something
+// registered one first, Kiln's CUDA device allocator. Nothing else in the library has global side
+// effects.
+
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/core/device_allocator.h>
+#include <executorch/runtime/platform/log.h>
+
+#include "runtime/backend/kiln_backend.h"
+#include "runtime/backend/version.h"
+#include "runtime/device/cuda_allocator.h"
+
+namespace kiln {
+namespace {
+
+namespace et = executorch::runtime;
+
+bool register_everything() {
+  static KilnBackend backend;
+  et::Error err = et::register_backend({kBackendId, &backend});
+  if (err != et::Error::Ok) {
+    // A second copy of this library in the process: the first registration stays in force.
+    ET_LOG(Error, "KilnBackend: registration failed (0x%x): is the library loaded twice?",
+           static_cast<unsigned>(err));
+  }
+  // The registry aborts on a second allocator for one device type, so defer to one that exists.
+  if (et::get_device_allocator(et::etensor::DeviceType::CUDA) == nullptr) {
+    et::register_device_allocator(&cuda_device_allocator());
+  }
+  return err == et::Error::Ok;
+}
+
+const bool g_registered = register_everything();
+
+}  // namespace
+}  // namespace kiln
+
+extern "C" {
+
+KILN_EXPORT int kiln_executorch_backend_registered() { return kiln::g_registered ? 1 : 0; }
+KILN_EXPORT const char* kiln_executorch_version() { return KILN_VERSION; }
+KILN_EXPORT const char* kiln_executorch_built_against() { return KILN_EXECUTORCH_BUILD_VERSION; }
+
+}

@@ -1,0 +1,101 @@
+#include "runtime/device/cuda_allocator.h"
+
+#include <executorch/runtime/platform/log.h>
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <unordered_map>
+
+namespace kiln {
+namespace {
+
+namespace et = executorch::runtime;
+
+// Runs `fn` with `index` as the current device and restores the caller's device afterwards, so
+// the allocator never changes a thread's device behind its back.
+template <typename Fn>
+cudaError_t on_device(et::etensor::DeviceIndex index, Fn fn) {
+  int previous = 0;
+  cudaError_t err = cudaGetDevice(&previous);
+  if (err != cudaSuccess) return err;
+  const int want = index < 0 ? previous : index;  // -1 means "the current device"
+  if (want != previous && (err = cudaSetDevice(want)) != cudaSuccess) return err;
+  err = fn();
+  if (want != previous) cudaSetDevice(previous);
+  return err;
+}
+
+std::mutex g_sizes_mutex;
+std::unordered_map<void*, size_t> g_sizes;  // for bytes_in_use
+
+}  // namespace
+
+et::Result<void*> CudaDeviceAllocator::allocate(size_t nbytes, et::etensor::DeviceIndex index,
+                                                size_t alignment) {
+  if (alignment > 256 || (alignment & (alignment - 1)) != 0) {
+    ET_LOG(Error, "Kiln CUDA allocator: alignment %zu not supported (a power of two up to 256)",
+           alignment);
+    return et::Error::NotSupported;
+  }
+  void* p = nullptr;
+  cudaError_t err = on_device(index, [&] { return cudaMalloc(&p, nbytes == 0 ? 1 : nbytes); });
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ET_LOG(Error, "Kiln CUDA allocator: cudaMalloc(%zu bytes) on cuda:%d failed: %s", nbytes,
+           static_cast<int>(index), cudaGetErrorString(err));
+    return err == cudaErrorMemoryAllocation ? et::Error::MemoryAllocationFailed : et::Error::Internal;
+  }
+  in_use_ += nbytes;
+  std::lock_guard<std::mutex> lock(g_sizes_mutex);
+  g_sizes[p] = nbytes;
+  return p;
+}
+
+void CudaDeviceAllocator::deallocate(void* ptr, et::etensor::DeviceIndex index) {
+  if (ptr == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_sizes_mutex);
+    auto it = g_sizes.find(ptr);
+    if (it != g_sizes.end()) {
+      in_use_ -= it->second;
+      g_sizes.erase(it);
+    }
+  }
+  on_device(index, [&] { return cudaFree(ptr); });
+}
+
+et::Error CudaDeviceAllocator::copy_host_to_device(void* dst, const void* src, size_t nbytes,
+                                                   et::etensor::DeviceIndex index) {
+  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice); });
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ET_LOG(Error, "Kiln CUDA allocator: host-to-device copy of %zu bytes failed: %s", nbytes,
+           cudaGetErrorString(err));
+    return et::Error::Internal;
+  }
+  return et::Error::Ok;
+}
+
+et::Error CudaDeviceAllocator::copy_device_to_host(void* dst, const void* src, size_t nbytes,
+                                                   et::etensor::DeviceIndex index) {
+  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost); });
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ET_LOG(Error, "Kiln CUDA allocator: device-to-host copy of %zu bytes failed: %s", nbytes,
+           cudaGetErrorString(err));
+    return et::Error::Internal;
+  }
+  return et::Error::Ok;
+}
+
+et::etensor::DeviceType CudaDeviceAllocator::device_type() const {
+  return et::etensor::DeviceType::CUDA;
+}
+
+CudaDeviceAllocator& cuda_device_allocator() {
+  static CudaDeviceAllocator instance;
+  return instance;
+}
+
+}  // namespace kiln

@@ -1,0 +1,110 @@
+"""`import kiln_executorch` registers KilnBackend with the executorch runtime of the process, on any
+machine; the skip switch and every failed load behave as documented; the wheel installs into a
+fresh virtual environment."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, REPO, require
+
+REGISTERED = ("from executorch.runtime import Runtime; "
+              "print(sorted(Runtime.get().backend_registry.registered_backend_names))")
+
+
+def python(code: str, env_extra: dict | None = None, exe: str = sys.executable) -> subprocess.CompletedProcess:
+    # No PYTHONPATH: the package under test is the wheel installed in the environment.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KILN_SKIP_DELEGATE_REGISTRATION",
+                                                            "KILN_BACKEND_LIBRARY")}
+    env.update(env_extra or {})
+    return subprocess.run([exe, "-c", code], capture_output=True, text=True, env=env, cwd="/", timeout=300)
+
+
+def wheel() -> Path:
+    found = sorted((BUILD / "dist").glob("kiln_executorch-*.whl"))
+    assert found, f"no wheel in {BUILD / 'dist'}: run scripts/setup.sh"
+    return found[-1]
+
+
+def test_import_registers_kiln_backend():
+    r = python("import kiln_executorch; assert kiln_executorch.registered(); " + REGISTERED)
+    assert r.returncode == 0, r.stderr
+    assert "'KilnBackend'" in r.stdout, r.stdout
+
+
+def test_import_uses_the_installed_wheel_and_matching_executorch():
+    r = python("import kiln_executorch, executorch.version as v; print(kiln_executorch.__file__); "
+               "print(kiln_executorch.built_against(), v.__version__)")
+    assert r.returncode == 0, r.stderr
+    path, versions = r.stdout.splitlines()[:2]
+    assert "site-packages" in path, path
+    built, have = versions.split()
+    assert built.split("+")[0] == have.split("+")[0]
+
+
+def test_skip_switch_imports_without_registering():
+    r = python("import kiln_executorch; assert not kiln_executorch.registered(); " + REGISTERED,
+               {"KILN_SKIP_DELEGATE_REGISTRATION": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "KilnBackend" not in r.stdout
+
+
+def test_missing_library_is_an_import_error_naming_it(tmp_path):
+    r = python("import kiln_executorch", {"KILN_BACKEND_LIBRARY": str(tmp_path / "gone.so")})
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "gone.so is missing" in r.stderr, r.stderr
+
+
+def test_unloadable_library_is_an_import_error_with_the_loader_text(tmp_path):
+    bad = tmp_path / "libkiln_executorch_backend.so"
+    bad.write_bytes(b"not an ELF file" * 10)
+    r = python("import kiln_executorch", {"KILN_BACKEND_LIBRARY": str(bad)})
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "loading" in r.stderr and "failed" in r.stderr, r.stderr
+
+
+def test_library_of_another_abi_is_an_import_error(tmp_path):
+    # A library that needs a symbol this process's libexecutorch.so does not have.
+    src = tmp_path / "other.cpp"
+    src.write_text('extern "C" void executorch_symbol_from_another_version();\n'
+                   'extern "C" void f() { executorch_symbol_from_another_version(); }\n')
+    lib = tmp_path / "libother.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", lib, src], check=True)
+    r = python("import kiln_executorch", {"KILN_BACKEND_LIBRARY": str(lib)})
+    assert r.returncode != 0
+    assert "do not match the executorch runtime" in r.stderr and "undefined symbol" in r.stderr, r.stderr
+
+
+def test_wheel_is_tagged_without_python_abi_and_carries_the_library_and_cmake_package():
+    w = wheel()
+    assert w.name.endswith("-py3-none-linux_x86_64.whl"), w.name
+    names = zipfile.ZipFile(w).namelist()
+    for want in ["kiln_executorch/__init__.py", "kiln_executorch/lib/libkiln_executorch_backend.so",
+                 "kiln_executorch/lib/libkiln_device_copy_kernels.so",
+                 "kiln_executorch/lib/cmake/kiln_executorch/kiln_executorch-config.cmake"]:
+        assert want in names, f"{want} not in {w.name}"
+    meta = zipfile.ZipFile(w).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "Requires-Dist: executorch==" in meta
+
+
+def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    # The fresh environment sees executorch and torch from the project's environment through a .pth
+    # file (installing them again would download gigabytes); kiln_executorch comes from the wheel.
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    r = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                        "--ignore-installed", wheel()],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = python("import kiln_executorch; print(kiln_executorch.__file__); " + REGISTERED,
+               exe=str(venv / "bin" / "python"))
+    assert r.returncode == 0, r.stderr
+    assert str(site) in r.stdout and "'KilnBackend'" in r.stdout, r.stdout
