@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_zoo import ZOO  # noqa: E402
+from model_zoo import build, weights_checksum  # noqa: E402
 
 NP = {"Float": np.float32, "Long": np.int64}
 TORCH = {"Float": torch.float32, "Long": torch.int64}
@@ -55,8 +55,10 @@ def run_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> dict:
         ref = load(models, spec).numpy().astype(np.float64)
         diff = np.abs(got.astype(np.float64) - ref)
         scale = max(float(np.abs(ref).max()), 1e-12)
+        worst = np.argsort(np.nan_to_num(diff, nan=np.inf).ravel())[-5:][::-1]
         errors.append({"max_abs": float(diff.max()), "ref_max_abs": scale,
-                       "nan": int(np.isnan(got).sum())})
+                       "nan": int(np.isnan(got).sum()),
+                       "worst": [(int(i), float(got.ravel()[i]), float(ref.ravel()[i])) for i in worst]})
     return {"ok": True, "median_ms": float(m.group(2)), "min_ms": float(m.group(1)),
             "errors": errors, "wall_s": round(wall, 2)}
 
@@ -89,9 +91,11 @@ def time_cuda(fn, iterations: int) -> float:
 
 
 def torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list) -> dict:
-    ctor, _ = ZOO[entry["key"]]
-    module = ctor().eval()
-    module.load_state_dict(torch.load(models / f"{entry['key']}.state.pt"))
+    module, _ = build(entry["key"])
+    got = weights_checksum(module)
+    if abs(got - entry["weights_checksum"]) > 1e-6 * max(1.0, abs(got)):
+        return {"error": f"seeded weights differ from the exported ones (checksum {got} vs "
+                         f"{entry['weights_checksum']}): torch versions initialise differently"}
     dtype = torch.bfloat16 if entry["precision"] == "bf16" else torch.float32
     module = module.to("cuda", dtype)
     host_inputs = [load(models, s) for s in entry["inputs"]]
@@ -174,11 +178,15 @@ def main() -> int:
               f"max_abs_err={err:.3g} kiln={kiln.get('median_ms', float('nan')):.4f}ms "
               f"eager_host={refs.get('eager_host_ms', float('nan')):.4f}ms "
               f"eager_dev={refs.get('eager_device_ms', float('nan')):.4f}ms", flush=True)
+        # Written after every model, so a run cut short by its time limit still leaves its numbers.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, indent=1))
         if not kiln.get("ok"):
             print("   " + kiln["error"].replace("\n", "\n   "), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
-    (args.out / "results.json").write_text(json.dumps(info, indent=1))
+        elif not ok:
+            for e in kiln["errors"]:
+                print(f"   worst (flat index, got, expected): {e['worst']}", flush=True)
     try:
         chart(results, args.out / "latency.png")
     except Exception as e:  # noqa: BLE001 - the numbers matter more than the picture

@@ -59,9 +59,20 @@ def build(key: str, seed: int = 0):
             inputs.append(torch.randint(0, 100, shape, generator=g))
         else:
             inputs.append(torch.randn(shape, generator=g))
-    if isinstance(module, fixture_models.CnnSmall):
-        # Non-trivial batch-norm statistics, as in the fixture.
-        with torch.no_grad():
-            module.bn.running_mean.copy_(0.2 * torch.randn(16, generator=g))
-            module.bn.running_var.copy_(0.6 + 0.8 * torch.rand(16, generator=g))
+    # Freshly constructed batch norms are the identity (mean 0, variance 1, weight 1, bias 0), which
+    # leaves deep CNNs with vanishing outputs and hides folding errors: give them real statistics.
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                n = m.num_features
+                m.running_mean.copy_(0.2 * torch.randn(n, generator=g))
+                m.running_var.copy_(0.6 + 0.8 * torch.rand(n, generator=g))
+                m.weight.copy_(1 + 0.2 * torch.randn(n, generator=g))
+                m.bias.copy_(0.1 * torch.randn(n, generator=g))
     return module, tuple(inputs)
+
+
+def weights_checksum(module: nn.Module) -> float:
+    """Sum of every floating-point weight and buffer: equal on both machines when the seeded
+    construction gave the same weights."""
+    return float(sum(t.double().sum() for t in module.state_dict().values() if t.is_floating_point()))

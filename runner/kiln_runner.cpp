@@ -78,17 +78,23 @@ const char* hint(et::Error e) {
 // the wheel's kernels log CPU probing at info level on every load, which buries the output.
 et_pal_log_level_t g_min_log_level = kError;
 
-// The operator a failed method load could not find, read off ExecuTorch's own log line
-// ("kernel 'NAME' not found"), so the runner's final message can name it and what to link.
+// What a failed method load could not find, read off ExecuTorch's own log lines ("kernel 'NAME'
+// not found", "Backend NAME is not registered." / "... is not available."), so the runner's final
+// message can name it and say what to do.
 std::string g_missing_operator;
+std::string g_backend_problem;
 
-void remember_missing_operator(const char* message, size_t length) {
+void remember_missing_piece(const char* message, size_t length) {
   const std::string text(message, length);
   const std::string before = "kernel '", after = "' not found";
   const size_t a = text.find(before);
   const size_t b = text.find(after);
   if (a != std::string::npos && b != std::string::npos && b > a) {
     g_missing_operator = text.substr(a + before.size(), b - a - before.size());
+  }
+  if (text.rfind("Backend ", 0) == 0 &&
+      (text.find("is not registered") != std::string::npos || text.find("is not available") != std::string::npos)) {
+    g_backend_problem = text;
   }
 }
 
@@ -103,7 +109,7 @@ void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, co
       default: return 2;
     }
   };
-  remember_missing_operator(message, length);
+  remember_missing_piece(message, length);
   if (rank(level) < rank(g_min_log_level)) return;
   std::fprintf(stderr, "%c executorch:%s:%zu] %.*s\n", static_cast<char>(level), filename, line,
                static_cast<int>(length), message);
@@ -131,6 +137,13 @@ const char* error_name(et::Error e) {
                                      "executorch::kernels_optimized, not both")
                        : std::string("a kernel library that provides it (executorch::kernels_optimized "
                                      "for ExecuTorch's portable ATen operators)"));
+  }
+  if (e == et::Error::NotFound && g_backend_problem.find("is not registered") != std::string::npos) {
+    why = g_backend_problem + " Link its backend library (kiln::executorch_backend for KilnBackend) "
+          "with --no-as-needed, or load it before the program";
+  } else if (e == et::Error::NotFound && g_backend_problem.find("is not available") != std::string::npos) {
+    why = g_backend_problem + " The backend is linked but cannot run on this machine; the line above "
+          "says why (KilnBackend needs an NVIDIA GPU with compute capability 9.0 or newer)";
   }
   std::fprintf(stderr, "kiln_runner: %s failed: %s (0x%02x): %s\n", what.c_str(), error_name(e),
                static_cast<unsigned>(e), why.c_str());
@@ -189,8 +202,9 @@ std::vector<char> read_file(const std::string& path) {
   return std::vector<char>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-void set_inputs(et::Method& method, const et::MethodMeta& meta, const kiln::runner::Run& run,
-                const kiln::runner::Options& opts, std::vector<InputTensor>& keep) {
+// Builds the run's input tensors: ones, or the bytes of the files given with --input.
+void make_inputs(const et::MethodMeta& meta, const kiln::runner::Run& run,
+                 const kiln::runner::Options& opts, std::vector<InputTensor>& keep) {
   keep.clear();
   keep.resize(meta.num_inputs());
   for (const auto& [index, _] : run.input_files) {
@@ -241,7 +255,14 @@ void set_inputs(et::Method& method, const et::MethodMeta& meta, const kiln::runn
                                            in.sizes.data(), in.data->data.get(),
                                            in.dim_order.data(), nullptr,
                                            executorch::aten::TensorShapeDynamism::DYNAMIC_BOUND);
-    et::Error err = method.set_input(et::EValue(Tensor(in.impl.get())), i);
+  }
+}
+
+// Hands the inputs to the method. Called before every execute: a memory-planned input's bytes may
+// share arena space with intermediates of the previous execution, so they are copied in again.
+void bind_inputs(et::Method& method, std::vector<InputTensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    et::Error err = method.set_input(et::EValue(Tensor(inputs[i].impl.get())), i);
     if (err != et::Error::Ok) fail("set_input(" + std::to_string(i) + ")", err);
   }
 }
@@ -422,13 +443,15 @@ int main(int argc, char** argv) {
 
   std::vector<InputTensor> inputs;
   for (size_t r = 0; r < opts.runs.size(); ++r) {
-    set_inputs(method.get(), meta.get(), opts.runs[r], opts, inputs);
+    make_inputs(meta.get(), opts.runs[r], opts, inputs);
     for (int w = 0; w < opts.warmup; ++w) {
+      bind_inputs(method.get(), inputs);
       et::Error err = method->execute();
       if (err != et::Error::Ok) fail("execute('" + opts.method + "') (warm-up)", err);
     }
     std::vector<double> ms;
     for (int it = 0; it < std::max(1, opts.iterations); ++it) {
+      bind_inputs(method.get(), inputs);
       const auto t0 = std::chrono::steady_clock::now();
       et::Error err = method->execute();
       const auto t1 = std::chrono::steady_clock::now();

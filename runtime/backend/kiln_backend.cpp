@@ -45,14 +45,16 @@ std::string shape_string(const int64_t* sizes, size_t rank) {
 
 // Device memory is recognised by asking the driver, not by the tensor's device tag: programs
 // exported without device memory planning tag delegate tensors CUDA while planning them in host
-// memory.
+// memory. Only cudaMalloc'd memory counts: on systems with HMM the driver can also describe plain
+// host memory as managed, and treating that as device memory would skip the copy back and the
+// synchronisation the caller relies on before reading a host output.
 bool is_device_pointer(const void* p) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky-free error so it does not surface in a later call
+    cudaGetLastError();  // clear the error so it does not surface in a later call
     return false;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return attr.type == cudaMemoryTypeDevice;
 }
 
 // Checks one argument against the blob's declaration and fills its binding.

@@ -75,3 +75,14 @@ def test_real_inputs(runner, fixtures, tmp_path, name, method):
                 bad = np.flatnonzero(err > bound)
                 assert bad.size == 0, (f"{name}/{method} case {case['name']} output {j}: {bad.size} values off, "
                                        f"max abs error {err.max():.3g} (atol {tol['atol']}, rtol {tol['rtol']})")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "kv_cache_decode"])
+def test_repeated_execution_gives_the_same_answer(runner, fixtures, name):
+    # A memory-planned input may share arena bytes with later intermediates: the runner must hand
+    # the inputs over again before every execution, or timing loops compute on clobbered data.
+    once = run([runner, fixtures / name / "model.pte"])
+    many = run([runner, fixtures / name / "model.pte", "--warmup", "2", "--iterations", "3"])
+    assert once.returncode == 0 and many.returncode == 0, once.stderr + many.stderr
+    strip = lambda text: [l for l in text.splitlines() if not l.startswith("latency_ms")]
+    assert strip(many.stdout) == strip(once.stdout)
