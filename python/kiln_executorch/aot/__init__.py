@@ -1,0 +1,7 @@
+"""Ahead-of-time side of Kiln: the partitioner, the KilnBackend preprocess and one-call export."""
+
+from .export import export, lower, read_delegates, read_operators
+from .lowering import KilnBackend
+from .partitioner import KilnPartitioner
+
+__all__ = ["KilnBackend", "KilnPartitioner", "export", "lower", "read_delegates", "read_operators"]

@@ -1,0 +1,140 @@
+"""Kiln IR <-> engine blob bytes (format v1, runtime/engine/blob_format.h).
+
+write_blob lays the sections out in the header's order, each 8-byte aligned, the weights section
+and every weight in it 64-byte aligned. Views are written as their own TensorRecords pointing at
+their root tensor's storage and offset. Identical weights are stored once.
+
+read_blob is the inverse for tests and tools; it checks the structure enough to interpret the blob
+safely and raises ValueError naming the offending field. The engine's C++ reader is the one that
+must reject every malformed blob; this one trusts blobs it can parse.
+"""
+
+import torch
+
+from . import blob_format as bf
+from .ir import Graph, Op, Tensor
+
+
+def _align(n, a):
+    return (n + a - 1) // a * a
+
+
+def write_blob(graph: Graph) -> bytes:
+    weights = bytearray()
+    weight_offsets = {}     # root tensor id -> offset in the weights section
+    by_content = {}
+    for t in graph.tensors:
+        if t.storage != bf.Storage.WEIGHT or t.alias_of is not None:
+            continue
+        raw = t.data.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        key = (t.dtype, raw)
+        if key not in by_content:
+            by_content[key] = _align(len(weights), bf.WEIGHT_ALIGNMENT)
+            weights.extend(b"\0" * (by_content[key] - len(weights)))
+            weights.extend(raw)
+        weight_offsets[t.id] = by_content[key]
+
+    records = bytearray()
+    for t in graph.tensors:
+        if len(t.shape) > bf.MAX_RANK:
+            raise ValueError(f"tensor {t.id} ({t.name}) has rank {len(t.shape)} > {bf.MAX_RANK}")
+        root = graph.tensors[graph.root(t.id)]
+        offset = weight_offsets[root.id] if root.storage == bf.Storage.WEIGHT else root.offset
+        sizes = list(t.shape) + [0] * (bf.MAX_RANK - len(t.shape))
+        records += bf.TENSOR_RECORD.pack(bf.DTYPES[t.dtype], len(t.shape), *sizes, root.storage, 0,
+                                         offset, t.nbytes)
+
+    ops = bytearray()
+    operands = []
+    for op in graph.ops:
+        slots = bf.encode_operands(op.opcode, op.operands)
+        ops += bf.OP_RECORD.pack(op.opcode, len(slots), len(operands))
+        operands += slots
+
+    tensors_offset = bf.HEADER_SIZE
+    ops_offset = _align(tensors_offset + len(records), bf.SECTION_ALIGNMENT)
+    operands_offset = _align(ops_offset + len(ops), bf.SECTION_ALIGNMENT)
+    io_offset = _align(operands_offset + len(operands) * bf.OPERAND.size, bf.SECTION_ALIGNMENT)
+    io = graph.inputs + graph.outputs
+    weights_offset = _align(io_offset + len(io) * bf.IO_ENTRY.size, bf.WEIGHT_ALIGNMENT)
+    blob_size = weights_offset + len(weights)
+
+    blob = bytearray(blob_size)
+    blob[:bf.HEADER_SIZE] = bf.HEADER.pack(
+        bf.MAGIC, bf.FORMAT_VERSION, bf.HEADER_SIZE, blob_size, len(graph.tensors), len(graph.ops),
+        len(graph.inputs), len(graph.outputs), tensors_offset, ops_offset, operands_offset,
+        len(operands), io_offset, weights_offset, len(weights), graph.arena_size,
+        graph.precision, 0, bytes(16))
+    blob[tensors_offset:tensors_offset + len(records)] = records
+    blob[ops_offset:ops_offset + len(ops)] = ops
+    for i, v in enumerate(operands):
+        bf.OPERAND.pack_into(blob, operands_offset + i * bf.OPERAND.size, v)
+    for i, tid in enumerate(io):
+        bf.IO_ENTRY.pack_into(blob, io_offset + i * bf.IO_ENTRY.size, tid)
+    blob[weights_offset:] = weights
+    return bytes(blob)
+
+
+def _check(cond, what):
+    if not cond:
+        raise ValueError(f"invalid Kiln blob: {what}")
+
+
+def read_blob(blob: bytes) -> Graph:
+    """Parses a blob back into IR. Tensors keep the storage and offset written in the blob
+    (alias_of is not recovered); weight tensors get their data from the weights section."""
+    _check(len(blob) >= bf.HEADER_SIZE, f"{len(blob)} bytes is shorter than the header")
+    h = dict(zip(bf.HEADER_FIELDS, bf.HEADER.unpack_from(blob)))
+    _check(h["magic"] == bf.MAGIC, f"magic {h['magic']!r}")
+    _check(h["format_version"] == bf.FORMAT_VERSION, f"format_version {h['format_version']}")
+    _check(h["header_size"] == bf.HEADER_SIZE, f"header_size {h['header_size']}")
+    _check(h["blob_size"] == len(blob), f"blob_size {h['blob_size']} != buffer size {len(blob)}")
+    _check(h["precision"] in bf.Precision._value2member_map_, f"precision {h['precision']}")
+    num_io = h["num_inputs"] + h["num_outputs"]
+    for name, count, size in (("tensors", h["num_tensors"], bf.TENSOR_RECORD.size),
+                              ("ops", h["num_ops"], bf.OP_RECORD.size),
+                              ("operands", h["num_operands"], bf.OPERAND.size),
+                              ("io", num_io, bf.IO_ENTRY.size),
+                              ("weights", h["weights_size"], 1)):
+        start = h[f"{name}_offset"]
+        _check(bf.HEADER_SIZE <= start and start + count * size <= len(blob),
+               f"{name} section [{start}, {start + count * size}) outside the blob")
+
+    graph = Graph(precision=bf.Precision(h["precision"]), arena_size=h["arena_size"])
+    weights = blob[h["weights_offset"]:h["weights_offset"] + h["weights_size"]]
+    for i in range(h["num_tensors"]):
+        values = bf.TENSOR_RECORD.unpack_from(blob, h["tensors_offset"] + i * bf.TENSOR_RECORD.size)
+        dtype, rank, sizes = values[0], values[1], values[2:2 + bf.MAX_RANK]
+        storage, _, offset, nbytes = values[2 + bf.MAX_RANK:]
+        _check(dtype in bf.DType._value2member_map_, f"tensor {i} dtype {dtype}")
+        _check(rank <= bf.MAX_RANK, f"tensor {i} rank {rank}")
+        _check(storage in bf.Storage._value2member_map_, f"tensor {i} storage {storage}")
+        t = Tensor(i, bf.TORCH_DTYPES[bf.DType(dtype)], tuple(sizes[:rank]), bf.Storage(storage),
+                   offset)
+        _check(nbytes == t.nbytes, f"tensor {i} nbytes {nbytes} != {t.nbytes}")
+        if t.storage == bf.Storage.WEIGHT:
+            _check(offset + nbytes <= len(weights), f"tensor {i} weight extent")
+            raw = bytearray(weights[offset:offset + nbytes])
+            t.data = torch.frombuffer(raw, dtype=t.dtype).reshape(t.shape) if nbytes else \
+                torch.empty(t.shape, dtype=t.dtype)
+        elif t.storage == bf.Storage.ARENA:
+            _check(offset + nbytes <= h["arena_size"], f"tensor {i} arena extent")
+        graph.tensors.append(t)
+
+    pool = [bf.OPERAND.unpack_from(blob, h["operands_offset"] + bf.OPERAND.size * i)[0]
+            for i in range(h["num_operands"])]
+    for i in range(h["num_ops"]):
+        opcode, n, first = bf.OP_RECORD.unpack_from(blob, h["ops_offset"] + i * bf.OP_RECORD.size)
+        _check(opcode in bf.Opcode._value2member_map_, f"op {i} opcode {opcode}")
+        _check(first + n <= len(pool), f"op {i} operands [{first}, {first + n})")
+        opcode = bf.Opcode(opcode)
+        operands = bf.decode_operands(opcode, pool[first:first + n])
+        for name in bf.tensor_fields(opcode):
+            _check(-1 <= operands[name] < len(graph.tensors), f"op {i} {name} = {operands[name]}")
+        graph.ops.append(Op(opcode, operands))
+
+    io = [bf.IO_ENTRY.unpack_from(blob, h["io_offset"] + bf.IO_ENTRY.size * i)[0]
+          for i in range(num_io)]
+    _check(all(t < len(graph.tensors) for t in io), "io table tensor id")
+    graph.inputs, graph.outputs = io[:h["num_inputs"]], io[h["num_inputs"]:]
+    return graph

@@ -1,0 +1,83 @@
+"""One-call export of a PyTorch module to a Kiln-delegated .pte; readers for what a .pte holds."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir.schema import DataLocation
+
+from .partitioner import KilnPartitioner
+
+# Operators outside the core ATen set that ExecuTorch's portable kernels run and Kiln deliberately
+# leaves to them (ExecuTorch's default compile config refuses any program that uses one).
+NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default]
+
+
+def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None):
+    """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision)]).
+    Returns ExecuTorch's EdgeProgramManager (the step before to_executorch).
+
+    The module is exported as it is: call .eval() first for inference (batch norm in training mode
+    stays on the CPU). For a program with several methods pass dicts keyed by method name for
+    `module`, `example_inputs` and (optionally) `dynamic_shapes`. `compile_config` is handed to
+    ExecuTorch; the default is ExecuTorch's own, except that it admits NON_CORE_CPU_OPS.
+    """
+    if compile_config is None:
+        compile_config = EdgeCompileConfig(_core_aten_ops_exception_list=NON_CORE_CPU_OPS)
+    # Kiln is for inference: export without autograd (with it, a program that mutates a buffer
+    # fails later in to_executorch on an in-place update of a leaf that requires grad).
+    with torch.no_grad():
+        if isinstance(module, dict):
+            shapes = dynamic_shapes or {}
+            programs = {name: torch.export.export(m, tuple(example_inputs[name]),
+                                                  dynamic_shapes=shapes.get(name))
+                        for name, m in module.items()}
+        else:
+            programs = torch.export.export(module, tuple(example_inputs),
+                                           dynamic_shapes=dynamic_shapes)
+        return to_edge_transform_and_lower(programs, partitioner=[KilnPartitioner(precision)],
+                                           compile_config=compile_config)
+
+
+def export(module, example_inputs, path, precision="fp32", dynamic_shapes=None,
+           compile_config=None):
+    """lower(...) -> to_executorch() -> the .pte at `path`. Returns `path`."""
+    edge = lower(module, example_inputs, precision, dynamic_shapes, compile_config)
+    with torch.no_grad():
+        Path(path).write_bytes(edge.to_executorch().buffer)
+    return path
+
+
+@dataclass
+class Delegate:
+    method: str
+    index: int               # position in the method's delegate table
+    backend_id: str          # "KilnBackend" for Kiln's
+    compile_specs: dict      # key -> bytes
+    data: bytes              # the processed blob
+
+
+def _program(pte_path):
+    return deserialize_pte_binary(Path(pte_path).read_bytes()).program
+
+
+def read_delegates(pte_path):
+    """Every delegate of every method in a saved .pte, with its payload, as ExecuTorch's own
+    deserializer reads the file."""
+    program = _program(pte_path)
+    found = []
+    for plan in program.execution_plan:
+        for i, d in enumerate(plan.delegates):
+            assert d.processed.location == DataLocation.INLINE    # the deserializer inlines all
+            found.append(Delegate(plan.name, i, d.id, {s.key: s.value for s in d.compile_specs},
+                                  program.backend_delegate_data[d.processed.index].data))
+    return found
+
+
+def read_operators(pte_path):
+    """{method: ["aten::cos.out", ...]}: the operators a .pte still runs on ExecuTorch's kernels."""
+    return {plan.name: [f"{o.name}.{o.overload}" if o.overload else o.name
+                        for o in plan.operators]
+            for plan in _program(pte_path).execution_plan}

@@ -1,0 +1,240 @@
+"""The builder's passes, seen in the IR and the blob: folding, in-place transposes, views,
+epilogue fusion, precision conversion, output binding and memory planning."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import models  # noqa: E402
+
+from kiln_executorch.aot import lower  # noqa: E402
+from kiln_executorch.aot.blob_format import (BinaryKind, Epilogue, Opcode, Precision,  # noqa: E402
+                                             Storage, UnaryKind)
+from kiln_executorch.aot.blob_writer import read_blob  # noqa: E402
+from kiln_executorch.aot.lowering import build_graph  # noqa: E402
+from kiln_executorch.aot.reference import run_program  # noqa: E402
+
+FIXTURES = models.all_fixtures()
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def partitions(module, inputs, precision="fp32"):
+    """[(partition edge program, blob)] of a lowered module, in graph order."""
+    program = lower(module, inputs, precision).exported_program()
+    return [(m.original_module, m.processed_bytes)
+            for _, m in program.graph_module.named_children() if hasattr(m, "processed_bytes")]
+
+
+def graphs(module, inputs, precision="fp32"):
+    """The IR of every Kiln partition (aliases visible), checked against the blob bytes."""
+    found = []
+    for ep, blob in partitions(module, inputs, precision):
+        graph = build_graph(ep, Precision[precision.upper()])
+        assert [op.operands for op in read_blob(blob).ops] == [op.operands for op in graph.ops]
+        found.append(graph)
+    return found
+
+
+def only_graph(module, inputs, precision="fp32"):
+    (graph,) = graphs(module, inputs, precision)
+    return graph
+
+
+def opcodes(graph):
+    return [op.opcode for op in graph.ops]
+
+
+def fixture_graphs(name, precision="fp32"):
+    f = FIXTURES[name]
+    return graphs(f.module, f.inputs, precision)
+
+
+def fixture_graph(name, precision="fp32"):
+    (graph,) = fixture_graphs(name, precision)
+    return graph
+
+
+def test_batch_norm_folds_into_convolution():
+    g = fixture_graph("cnn_small")
+    assert opcodes(g) == [Opcode.CONV2D, Opcode.UNARY, Opcode.POOL2D, Opcode.CONV2D, Opcode.UNARY,
+                          Opcode.REDUCE, Opcode.MATMUL]
+    m = FIXTURES["cnn_small"].module
+    scale = m.bn.weight / torch.sqrt(m.bn.running_var + m.bn.eps)
+    conv = g.ops[0].operands
+    torch.testing.assert_close(g.tensors[conv["weight"]].data,
+                               m.conv1.weight * scale.reshape(-1, 1, 1, 1))
+    torch.testing.assert_close(g.tensors[conv["bias"]].data,
+                               (m.conv1.bias - m.bn.running_mean) * scale + m.bn.bias)
+
+
+def test_linear_reads_its_weight_in_place_and_fuses_relu():
+    g = fixture_graph("mlp")
+    m = FIXTURES["mlp"].module
+    assert opcodes(g) == [Opcode.MATMUL, Opcode.MATMUL]
+    first, second = (op.operands for op in g.ops)
+    assert torch.equal(g.tensors[first["b"]].data, m.fc1.weight)          # [512, 256] as stored
+    assert (first["trans_b"], first["M"], first["N"], first["K"]) == (1, 8, 512, 256)
+    assert (first["bias_row_stride"], first["bias_col_stride"]) == (0, 1)
+    assert (first["epilogue"], second["epilogue"]) == (Epilogue.RELU, Epilogue.NONE)
+    weights = [t for t in g.tensors if t.storage == Storage.WEIGHT]
+    assert sum(t.nbytes for t in weights) == sum(p.numel() * 4 for p in m.parameters())
+
+
+def test_gelu_fuses_into_the_matmul_that_feeds_it():
+    g = fixture_graph("transformer_block")
+    epilogues = [op.operands["epilogue"] for op in g.ops if op.opcode == Opcode.MATMUL]
+    assert epilogues.count(Epilogue.GELU_ERF) == 1
+    assert not any(op.opcode == Opcode.UNARY and op.operands["kind"] == UnaryKind.GELU_ERF
+                   for op in g.ops)
+
+
+def test_views_share_storage_instead_of_copying():
+    g = fixture_graph("embedding_lm")
+    assert opcodes(g) == [Opcode.EMBEDDING, Opcode.MATMUL, Opcode.SOFTMAX]
+    emb_out = g.ops[0].out
+    views = [t for t in g.tensors if t.alias_of == emb_out]
+    assert [t.shape for t in views] == [(12, 32)]
+    assert g.ops[1].operands["a"] == views[0].id
+    blob = read_blob(only_graph_blob("embedding_lm"))
+    assert (blob.tensors[views[0].id].offset, blob.tensors[views[0].id].storage) == \
+        (blob.tensors[emb_out].offset, blob.tensors[emb_out].storage)
+
+
+def only_graph_blob(name):
+    f = FIXTURES[name]
+    (_, blob), = partitions(f.module, f.inputs)
+    return blob
+
+
+def test_constant_subgraphs_fold_into_weights():
+    g = fixture_graph("transformer_block")
+    masks = [t for t in g.tensors if t.storage == Storage.WEIGHT and t.shape == (16, 16)]
+    assert len(masks) == 1 and torch.isinf(masks[0].data).sum() == 16 * 15 // 2
+    assert opcodes(g).count(Opcode.WHERE) == 1        # only the fully-masked-row guard remains
+    assert Opcode.FILL not in opcodes(g)              # full_like(0) is read as one broadcast value
+
+
+def test_computed_uniform_constant_is_filled_not_stored():
+    g = only_graph(Fn(lambda x: x @ torch.ones(5, 3)), (torch.randn(4, 5),))
+    assert opcodes(g) == [Opcode.FILL, Opcode.MATMUL]
+    assert g.ops[0].operands["value"] == 1.0
+    assert not any(t.storage == Storage.WEIGHT for t in g.tensors)
+
+
+def test_scalar_operands_and_swapped_comparisons():
+    g = only_graph(Fn(lambda x: (torch.full((4, 5), 2.0) < x) & (x * 3 > 0)), (torch.randn(4, 5),))
+    kinds = [BinaryKind(op.operands["kind"]) for op in g.ops]
+    assert kinds == [BinaryKind.GT, BinaryKind.MUL, BinaryKind.GT, BinaryKind.LOGICAL_AND]
+    assert [op.operands["b"] for op in g.ops[:3]] == [-1, -1, -1]
+    assert [op.operands["scalar"] for op in g.ops[:3]] == [2.0, 3.0, 0.0]
+
+
+@pytest.mark.parametrize("precision, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_low_precision_casts_at_the_delegate_boundary(precision, dtype):
+    g = fixture_graph("mlp", precision)
+    assert g.precision == Precision[precision.upper()]
+    assert opcodes(g) == [Opcode.COPY, Opcode.MATMUL, Opcode.MATMUL, Opcode.COPY]
+    (x,), (y,) = g.inputs, g.outputs
+    assert g.tensors[x].dtype == g.tensors[y].dtype == torch.float32
+    assert g.ops[0].operands["x"] == x and g.tensors[g.ops[0].out].dtype == dtype
+    assert g.ops[-1].out == y and g.tensors[g.ops[-1].operands["x"]].dtype == dtype
+    assert all(t.data.dtype == dtype for t in g.tensors if t.storage == Storage.WEIGHT)
+
+
+def test_tf32_only_marks_the_header():
+    g = fixture_graph("mlp", "tf32")
+    assert g.precision == Precision.TF32 and opcodes(g) == [Opcode.MATMUL, Opcode.MATMUL]
+    assert all(t.dtype == torch.float32 for t in g.tensors)
+
+
+def test_integer_inputs_are_not_cast():
+    g = fixture_graph("embedding_lm", "bf16")
+    assert g.tensors[g.inputs[0]].dtype == torch.int64
+    assert g.ops[0].opcode == Opcode.EMBEDDING and g.ops[0].operands["indices"] == g.inputs[0]
+
+
+def test_delegate_inputs_follow_the_call_order():
+    module = Fn(lambda x, y: torch.relu(y).sum(0) - x)
+    inputs = (torch.randn(5), torch.randn(3, 5))
+    program = lower(module, inputs).exported_program()
+    torch.testing.assert_close(run_program(program, inputs)[0], module(*inputs))
+    (ep, _), = partitions(module, inputs)
+    g = build_graph(ep)
+    assert [g.tensors[t].shape for t in g.inputs] == [(5,), (3, 5)]
+
+
+def twice_viewed_and_plus_one(x):
+    y = x * 2
+    return y.reshape(20), y, x + 1
+
+
+def test_outputs_sharing_storage_get_their_own_memory():
+    module = Fn(twice_viewed_and_plus_one)
+    inputs = (torch.randn(4, 5),)
+    g = only_graph(module, inputs)
+    roots = [g.tensors[g.root(t)] for t in g.outputs]
+    assert [(t.storage, t.offset) for t in roots] == [(Storage.OUTPUT, i) for i in range(3)]
+    assert opcodes(g).count(Opcode.COPY) == 1
+    program = lower(module, inputs).exported_program()
+    for actual, expected in zip(run_program(program, inputs), module(*inputs)):
+        torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("fn, kept", [
+    (lambda x: torch.cumsum(x.reshape(20), 0), ["view_copy", "cumsum"]),
+    (lambda x: torch.cumsum(torch.full((4, 5), 0.5).exp(), 0) * x,
+     ["full", "exp", "cumsum", "executorch_call_delegate", "getitem"]),
+])
+def test_view_only_or_constant_only_partitions_are_not_delegated(fn, kept):
+    program = lower(Fn(fn), (torch.randn(4, 5),)).exported_program()
+    names = [getattr(n.target, "__name__", str(n.target)) for n in program.graph.nodes
+             if n.op == "call_function"]
+    assert [n.split(".")[-2] if "." in n else n for n in names] == kept
+
+
+def lifetimes(g):
+    first, last = {}, {}
+    for i, op in enumerate(g.ops):
+        for t in [op.out] + op.reads():
+            r = g.root(t)
+            first.setdefault(r, i)
+            last[r] = i
+    return first, last
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_memory_plan_never_overlaps_live_tensors(name):
+    for g in fixture_graphs(name):
+        check_plan(g)
+
+
+def check_plan(g):
+    first, last = lifetimes(g)
+    roots = [t for t in g.tensors if t.storage == Storage.ARENA and t.alias_of is None]
+    for t in roots:
+        assert t.offset % 256 == 0 and t.offset + t.nbytes <= g.arena_size
+    for a in roots:
+        for b in roots:
+            if a.id < b.id and first[a.id] <= last[b.id] and first[b.id] <= last[a.id]:
+                assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset, \
+                    (a.name, b.name)
+    assert g.arena_size <= sum(math.ceil(t.nbytes / 256) * 256 for t in roots)
+
+
+def test_memory_plan_reuses_dead_tensors():
+    g = fixture_graph("transformer_block")
+    roots = [t for t in g.tensors if t.storage == Storage.ARENA and t.alias_of is None]
+    assert g.arena_size < sum(t.nbytes for t in roots) / 2

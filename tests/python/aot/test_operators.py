@@ -1,0 +1,255 @@
+"""Every supported operator, lowered by Kiln and run through the reference interpreter, gives eager
+PyTorch's answer; and the partitioner's decision (with its reason) for operators it refuses."""
+
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.exir import EdgeCompileConfig, to_edge
+from torch import nn
+
+from kiln_executorch.aot import KilnPartitioner, lower
+from kiln_executorch.aot.lowering import LOWERINGS
+from kiln_executorch.aot.reference import run_program
+from kiln_executorch.aot.supported_ops import CONSTANT_ONLY, SUPPORTED_OPS, aten_op
+
+g = torch.Generator().manual_seed(0)
+
+
+def randn(*shape):
+    return torch.randn(*shape, generator=g)
+
+
+def randint(high, *shape, dtype=torch.int64):
+    return torch.randint(0, high, shape, generator=g, dtype=dtype)
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, **modules):
+        super().__init__()
+        self.fn = fn
+        for name, m in modules.items():
+            setattr(self, name, m)
+
+    def forward(self, *args):
+        return self.fn(self, *args)
+
+
+def bn(channels, seed=1):
+    m = nn.BatchNorm2d(channels)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.running_mean.copy_(torch.randn(channels, generator=gen) * 0.2)
+        m.running_var.copy_(torch.rand(channels, generator=gen) + 0.5)
+        m.weight.copy_(torch.randn(channels, generator=gen) * 0.2 + 1)
+        m.bias.copy_(torch.randn(channels, generator=gen) * 0.1)
+    return m
+
+
+x45, y45 = randn(4, 5), randn(4, 5)
+x4d = randn(2, 4, 9, 7)
+CASES = {
+    # Binary arithmetic, broadcasting, alpha, scalars, type promotion.
+    "add_alpha": (lambda m, x, y: torch.add(x, y, alpha=2.5), (x45, y45)),
+    "add_broadcast": (lambda m, x, y: x + y, (randn(4, 1, 8), randn(3, 1))),
+    "sub_scalar": (lambda m, x: x - 3.5, (x45,)),
+    "rsub_scalar": (lambda m, x: 2 - x, (x45,)),
+    "mul_scalar": (lambda m, x: x * 0.25, (x45,)),
+    "div": (lambda m, x, y: x / (y.abs() + 0.5), (x45, y45)),
+    "div_floor": (lambda m, x, y: torch.div(x, y.abs() + 0.5, rounding_mode="floor"), (x45, y45)),
+    "remainder": (lambda m, x: torch.remainder(x, 0.7), (x45,)),
+    "maximum_minimum": (lambda m, x, y: torch.maximum(x, y) - torch.minimum(x, y), (x45, y45)),
+    "pow_tensor": (lambda m, x, y: x.abs() ** y, (x45, y45)),
+    "int_arithmetic": (lambda m, i: (i * 3 + 1) // 2 - i % 4, (randint(50, 3, 4),)),
+    "int_plus_float": (lambda m, i, x: i + x, (randint(9, 4, 5), x45)),
+    "bool_times_float": (lambda m, x: (x > 0) * x, (x45,)),
+    # Comparisons and logic (Bool results).
+    "compare_tensor": (lambda m, x, y: torch.stack(
+        [x == y, x != y, x < y, x <= y, x > y, x >= y]).int(), (x45, x45.round())),
+    "compare_scalar": (lambda m, x: (x > 0.5) | ((x <= -0.5) & ~(x == 1.0)), (x45,)),
+    "where": (lambda m, x, y: torch.where(x > y, x, y * 2), (x45, y45)),
+    "where_scalar_branches": (lambda m, x: torch.where(x > 0, 1.0, -x), (x45,)),
+    # Unary.
+    "relu": (lambda m, x: torch.relu(x), (x45,)),
+    "gelu": (lambda m, x: F.gelu(x), (x45,)),
+    "gelu_tanh": (lambda m, x: F.gelu(x, approximate="tanh"), (x45,)),
+    "sigmoid_tanh_silu": (lambda m, x: torch.sigmoid(x) + torch.tanh(x) * F.silu(x), (x45,)),
+    "exp_log": (lambda m, x: torch.exp(x) + torch.log(x.abs() + 1), (x45,)),
+    "cos_sin": (lambda m, x: torch.cos(x) * torch.sin(x), (x45,)),
+    "rsqrt_sqrt": (lambda m, x: torch.rsqrt(x.abs() + 0.1) + torch.sqrt(x.abs()), (x45,)),
+    "neg_abs": (lambda m, x: -x + x.abs(), (x45,)),
+    "hardswish_hardsigmoid": (lambda m, x: F.hardswish(x * 4) + F.hardsigmoid(x * 4), (x45,)),
+    "pow_scalar": (lambda m, x: x ** 3, (x45,)),
+    "clamp": (lambda m, x: torch.clamp(x, -0.5, 0.75), (x45,)),
+    "clamp_min": (lambda m, x: torch.clamp(x, min=-0.25), (x45,)),
+    "hardtanh_relu6": (lambda m, x: F.hardtanh(x, -0.3, 0.7) + F.relu6(x * 8), (x45,)),
+    "leaky_relu": (lambda m, x: F.leaky_relu(x, 0.2), (x45,)),
+    "erf_reciprocal": (lambda m, x: torch.erf(x) + torch.reciprocal(x.abs() + 1), (x45,)),
+    "int_relu_clamp": (lambda m, i: torch.clamp(torch.relu(i - 4), max=3), (randint(9, 4, 5),)),
+    # Matmul family.
+    "mm": (lambda m, x, y: x @ y, (randn(4, 6), randn(6, 3))),
+    "mm_transposed_activation": (lambda m, x, y: x @ y.t(), (randn(4, 6), randn(3, 6))),
+    "bmm": (lambda m, x, y: torch.bmm(x, y), (randn(2, 4, 6), randn(2, 6, 3))),
+    "bmm_transposed": (lambda m, x, y: x @ y.transpose(1, 2), (randn(2, 4, 6), randn(2, 3, 6))),
+    "addmm_alpha_beta": (lambda m, b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0),
+                         (randn(4, 3), randn(4, 6), randn(6, 3))),
+    "linear_3d": (lambda m, x: m.lin(x), (randn(2, 3, 8),), dict(lin=nn.Linear(8, 5))),
+    "linear_no_bias_relu": (lambda m, x: torch.relu(m.lin(x)), (randn(3, 8),),
+                            dict(lin=nn.Linear(8, 5, bias=False))),
+    # Data movement and views.
+    "permute_transpose": (lambda m, x: x.permute(2, 0, 1).transpose(0, 2) + 1, (randn(3, 4, 5),)),
+    "expand": (lambda m, x: x.expand(3, 4, 5) * 2, (randn(4, 1),)),
+    "view_squeeze_unsqueeze": (lambda m, x: (x.reshape(2, 10).unsqueeze(1) * 2).squeeze(1),
+                               (x45,)),
+    "clone": (lambda m, x: (x * 2).clone() + 1, (x45,)),
+    "cat": (lambda m, x, y: torch.cat([x, y * 2, x[:1]], dim=0), (x45, y45)),
+    "slice_select": (lambda m, x: x[:, 1:6:2] + x[:, 3].unsqueeze(1) + x[-2:, -3:-1].sum(),
+                     (randn(4, 8),)),
+    "prefix_select_slice": (lambda m, x: x.reshape(3, 4, 5)[0] * 2 + x[:4].reshape(4, 5),
+                            (randn(12, 5),)),
+    "to_dtype": (lambda m, x: (x * 3).to(torch.int32), (x45,)),
+    "to_half": (lambda m, x: (x * 3).to(torch.float16), (x45,)),
+    "bool_to_float": (lambda m, x: (x > 0).float() + 1, (x45,)),
+    # Normalisation.
+    "softmax": (lambda m, x: torch.softmax(x, dim=1), (randn(2, 5, 3),)),
+    "log_softmax": (lambda m, x: torch.log_softmax(x, dim=-1), (randn(2, 5, 3),)),
+    "layer_norm": (lambda m, x: m.ln(x), (randn(2, 3, 8),), dict(ln=nn.LayerNorm(8))),
+    "layer_norm_plain": (lambda m, x: F.layer_norm(x, (3, 8)), (randn(2, 3, 8),)),
+    "batch_norm": (lambda m, x: m.bn(x), (x4d,), dict(bn=bn(4))),
+    # Convolution and pooling.
+    "conv_grouped_strided": (lambda m, x: m.conv(x), (x4d,),
+                             dict(conv=nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=2,
+                                                 groups=2, bias=False))),
+    "conv_bn_relu": (lambda m, x: torch.relu(m.bn(m.conv(x))), (x4d,),
+                     dict(conv=nn.Conv2d(4, 5, 3), bn=bn(5))),
+    "conv_shared_then_bn": (lambda m, x: m.bn(m.conv(x)) + m.conv(x), (x4d,),
+                            dict(conv=nn.Conv2d(4, 5, 3, padding=1), bn=bn(5))),
+    "max_pool_ceil": (lambda m, x: F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True), (x4d,)),
+    "max_pool_dilated": (lambda m, x: F.max_pool2d(x, 2, 1, dilation=2), (x4d,)),
+    "avg_pool": (lambda m, x: F.avg_pool2d(x, 2), (x4d,)),
+    "avg_pool_ceil_pad": (lambda m, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True,
+                                                    count_include_pad=False), (x4d,)),
+    "avg_pool_ceil_include_pad": (lambda m, x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True),
+                                  (x4d,)),
+    # Reductions.
+    "mean_adjacent": (lambda m, x: x.mean(dim=(-1, -2), keepdim=True), (x4d,)),
+    "mean_split_dims": (lambda m, x: x.mean(dim=(1, 3)), (x4d,)),
+    "sum_amax_amin": (lambda m, x: x.sum(1) + x.amax(0) - x.amin(1, keepdim=True), (randn(3, 3),)),
+    "sum_all_int": (lambda m, i: i.sum(), (randint(9, 4, 5, dtype=torch.int32),)),
+    "any": (lambda m, x: torch.any(x > 1.0, dim=1), (x45,)),
+    # Embedding and constants.
+    "embedding": (lambda m, i: m.emb(i) * 2, (randint(10, 2, 3),), dict(emb=nn.Embedding(10, 4))),
+    "embedding_int32": (lambda m, i: m.emb(i) + 1, (randint(10, 5, dtype=torch.int32),),
+                        dict(emb=nn.Embedding(10, 4))),
+    "arange_full": (lambda m, x: x * torch.arange(5) + torch.full((4, 5), 0.5), (x45,)),
+    "full_like_matmul": (lambda m, x: x @ torch.ones(5, 3) + torch.zeros_like(x[:, :3]), (x45,)),
+    "causal_mask": (lambda m, x: x.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1),
+                                               float("-inf")).softmax(-1), (randn(4, 4),)),
+}
+
+
+def build(name):
+    fn, inputs, *mods = CASES[name]
+    torch.manual_seed(0)
+    return Fn(fn, **(mods[0] if mods else {})).eval(), inputs
+
+
+def not_delegated(program):
+    return [n for n in program.graph.nodes if n.op == "call_function"
+            and n.target is not operator.getitem and "call_delegate" not in str(n.target)]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_operator_matches_eager(name):
+    module, inputs = build(name)
+    program = lower(module, inputs).exported_program()
+    assert not_delegated(program) == [], "left outside Kiln"
+    with torch.no_grad():
+        expected = module(*inputs)
+    (actual,) = run_program(program, inputs)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_every_supported_operator_has_a_lowering():
+    assert set(LOWERINGS) == set(SUPPORTED_OPS) - set(CONSTANT_ONLY)
+
+
+def decisions(module, inputs, **export_kwargs):
+    """{op name: [decision per node]} of KilnPartitioner.explain on the module's edge program."""
+    ep = torch.export.export(module, inputs, **export_kwargs)
+    config = EdgeCompileConfig(_check_ir_validity=False)
+    found = {}
+    for d in KilnPartitioner.explain(to_edge(ep, compile_config=config)):
+        found.setdefault(str(aten_op(d.node)), []).append(d)
+    return found
+
+
+def refused(found, op):
+    assert op in found, sorted(found)
+    return [d.reason for d in found[op] if not d.supported]
+
+
+@pytest.mark.parametrize("fn, inputs, op, reason", [
+    (lambda m, x: torch.erfinv(torch.tanh(x)), (x45,), "aten.erfinv.default",
+     "erfinv stays on ExecuTorch's CPU kernels"),
+    (lambda m, x: torch.cumsum(x, 0), (x45,), "aten.cumsum.default",
+     "not in Kiln's operator table"),
+    (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),
+    (lambda m, x: torch.sigmoid(x), (randint(5, 3),), "aten.sigmoid.default",
+     "floating tensors only"),
+    (lambda m, x: m.conv(x), (randn(1, 4, 8, 8),), "aten.convolution.default",
+     "transposed convolution"),
+    (lambda m, x: m.conv1d(x), (randn(1, 4, 8),), "aten.convolution.default",
+     "1-D convolution"),
+    (lambda m, x: F.max_pool2d(x, 2, return_indices=True)[1].float(), (x4d,),
+     "aten.max_pool2d_with_indices.default", "the indices output is used"),
+    (lambda m, x: F.avg_pool2d(x, 2, divisor_override=3), (x4d,), "aten.avg_pool2d.default",
+     "divisor_override"),
+    (lambda m, x: x.to(memory_format=torch.channels_last) * 2, (x4d,),
+     "dim_order_ops._to_dim_order_copy.default", "dim order"),
+    (lambda m, x: (x > 0) ^ (x < 1), (x45,), "aten.bitwise_xor.Tensor", "operator table"),
+    (lambda m, i: i & 6, (randint(9, 4),), "aten.bitwise_and.Scalar", "operator table"),
+    (lambda m, i, j: i | j, (randint(9, 4), randint(9, 4)), "aten.bitwise_or.Tensor",
+     "Bool operands only"),
+    (lambda m, x: torch.matmul(x.int(), x.int()), (randn(3, 3),), "aten.mm.default",
+     "one floating dtype required"),
+])
+def test_refused_operators_say_why(fn, inputs, op, reason):
+    modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
+    reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
+    assert any(reason in r for r in reasons), reasons
+
+
+def test_index_put_and_copy_stay_on_cpu():
+    class Cache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(4, 5))
+
+        def forward(self, x, pos):
+            self.cache.index_copy_(0, pos, x)
+            return self.cache * 2
+
+    found = decisions(Cache(), (randn(1, 5), torch.tensor([2])))
+    assert "index_put scatters into program state" in refused(found, "aten.index_put.default")[0]
+    assert refused(found, "aten.mul.Tensor") == []
+
+
+def test_symbolic_shapes_stay_on_cpu():
+    batch = torch.export.Dim("batch", min=1, max=16)
+    found = decisions(Fn(lambda m, x: torch.relu(x) * 2), (randn(4, 3),),
+                      dynamic_shapes={"args": ({0: batch},)})
+    assert "symbolic shape [s" in refused(found, "aten.relu.default")[0]
+
+
+def test_training_batch_norm_stays_on_cpu():
+    found = decisions(Fn(lambda m, x: m.bn(x), bn=bn(4)).train(), (x4d,))
+    assert refused(found, "aten._native_batch_norm_legit_functional.default")
+
+
+def test_batch_norm_needs_constant_statistics():
+    found = decisions(Fn(lambda m, x, mean: F.batch_norm(x, mean, torch.ones(4))), (x4d, randn(4)))
+    reasons = refused(found, "aten._native_batch_norm_legit_no_training.default")
+    assert "running_mean is not a constant" in reasons[0]
