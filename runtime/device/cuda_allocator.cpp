@@ -26,6 +26,20 @@ cudaError_t on_device(et::etensor::DeviceIndex index, Fn fn) {
   return err;
 }
 
+// Synchronous copy on device `index`, with one log line naming the direction when it fails.
+et::Error copy(void* dst, const void* src, size_t nbytes, et::etensor::DeviceIndex index,
+               cudaMemcpyKind kind) {
+  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, kind); });
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ET_LOG(Error, "Kiln CUDA allocator: %s copy of %zu bytes on cuda:%d failed: %s",
+           kind == cudaMemcpyHostToDevice ? "host-to-device" : "device-to-host", nbytes,
+           static_cast<int>(index), cudaGetErrorString(err));
+    return et::Error::Internal;
+  }
+  return et::Error::Ok;
+}
+
 std::mutex g_sizes_mutex;
 std::unordered_map<void*, size_t> g_sizes;  // for bytes_in_use
 
@@ -67,26 +81,12 @@ void CudaDeviceAllocator::deallocate(void* ptr, et::etensor::DeviceIndex index) 
 
 et::Error CudaDeviceAllocator::copy_host_to_device(void* dst, const void* src, size_t nbytes,
                                                    et::etensor::DeviceIndex index) {
-  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice); });
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    ET_LOG(Error, "Kiln CUDA allocator: host-to-device copy of %zu bytes failed: %s", nbytes,
-           cudaGetErrorString(err));
-    return et::Error::Internal;
-  }
-  return et::Error::Ok;
+  return copy(dst, src, nbytes, index, cudaMemcpyHostToDevice);
 }
 
 et::Error CudaDeviceAllocator::copy_device_to_host(void* dst, const void* src, size_t nbytes,
                                                    et::etensor::DeviceIndex index) {
-  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost); });
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    ET_LOG(Error, "Kiln CUDA allocator: device-to-host copy of %zu bytes failed: %s", nbytes,
-           cudaGetErrorString(err));
-    return et::Error::Internal;
-  }
-  return et::Error::Ok;
+  return copy(dst, src, nbytes, index, cudaMemcpyDeviceToHost);
 }
 
 et::etensor::DeviceType CudaDeviceAllocator::device_type() const {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/runtime/engine/blob_builder.h"
+#include "tests/runtime/engine/log_capture.h"
 
 namespace kiln::engine {
 namespace {
@@ -22,21 +23,8 @@ using Bytes = std::vector<uint8_t>;
 using blob::DType;
 
 // Captures what the engine logs, to prove the message reaches the ExecuTorch log too.
-std::string g_log;
-
-void capture_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t,
-                 const char* message, size_t length) {
-  g_log.append(message, length);
-}
-
-class PalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    executorch::runtime::runtime_init();
-    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(capture_log, __FILE__));
-  }
-};
-const auto* const kPal = ::testing::AddGlobalTestEnvironment(new PalEnvironment);
+std::string& g_log = testing::captured_log();
+const auto* const kLog = ::testing::AddGlobalTestEnvironment(new testing::LogCaptureEnvironment);
 
 template <typename T>
 void patch(Bytes& b, size_t offset, T value) {

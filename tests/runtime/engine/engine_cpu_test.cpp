@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/runtime/engine/blob_builder.h"
+#include "tests/runtime/engine/log_capture.h"
 
 namespace kiln::engine {
 namespace {
@@ -21,22 +22,8 @@ namespace {
 using executorch::runtime::Error;
 using testing::BlobBuilder;
 
-std::string g_log;
-
-void capture_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t,
-                 const char* message, size_t length) {
-  g_log.append(message, length);
-  g_log += '\n';
-}
-
-class PalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    executorch::runtime::runtime_init();
-    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(capture_log, __FILE__));
-  }
-};
-const auto* const kPal = ::testing::AddGlobalTestEnvironment(new PalEnvironment);
+std::string& g_log = testing::captured_log();
+const auto* const kLog = ::testing::AddGlobalTestEnvironment(new testing::LogCaptureEnvironment);
 
 std::vector<uint8_t> small_blob() {
   BlobBuilder b;

@@ -25,6 +25,7 @@
 
 #include "runtime/engine/graph.h"
 #include "tests/runtime/engine/blob_builder.h"
+#include "tests/runtime/engine/log_capture.h"
 
 namespace kiln::engine {
 namespace {
@@ -42,22 +43,8 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kPi = 3.14159265358979323846;
 
-std::string g_log;
-
-void capture_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t,
-                 const char* message, size_t length) {
-  g_log.append(message, length);
-  g_log += '\n';
-}
-
-class PalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    executorch::runtime::runtime_init();
-    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(capture_log, __FILE__));
-  }
-};
-const auto* const kPal = ::testing::AddGlobalTestEnvironment(new PalEnvironment);
+std::string& g_log = testing::captured_log();
+const auto* const kLog = ::testing::AddGlobalTestEnvironment(new testing::LogCaptureEnvironment);
 
 // ---------------------------------------------------------------------------------------------
 // Host tensors: values kept as doubles, already rounded to the storage dtype.
