@@ -36,6 +36,9 @@ prepare)
   cp -a build/install/kiln_executorch "$stage/site/"
   et_lib=$(.venv/bin/python -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib")')
   cp "$et_lib"/libexecutorch.so "$et_lib"/libexecutorch_kernels_optimized.so "$et_lib"/libexecutorch_threadpool.so "$stage/site/executorch/lib/"
+  # executorch's headers and CMake package, so examples/cpp_consumer can be built there.
+  cp -a "$et_lib/cmake" "$stage/site/executorch/lib/"
+  cp -a "$et_lib/../include" "$et_lib/../share" "$stage/site/executorch/"
   [ "$tests" = 1 ] && find build/tests -type f -perm -u+x -name '*gpu*' -exec cp {} "$stage/tests/" \;
   # Debug info stays here: the transfer to the GPU machine is limited in size.
   strip --strip-debug "$stage"/site/kiln_executorch/lib/*.so "$stage"/site/kiln_executorch/bin/* "$stage"/tests/* 2>/dev/null || true
@@ -70,6 +73,21 @@ run)
     "$t" --gtest_brief=1 2>&1 | tee "$out/$(basename "$t").log" | tail -25
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   done
+  echo "== examples/cpp_consumer built against the staged packages, on a Kiln-delegated program"
+  if command -v cmake > /dev/null; then
+    consumer="$stage/consumer"
+    if cmake -S examples/cpp_consumer -B "$consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+         -DCMAKE_PREFIX_PATH="$stage/site/kiln_executorch;$stage/site/executorch/lib/cmake/executorch" > "$out/consumer_build.log" 2>&1 \
+       && cmake --build "$consumer" >> "$out/consumer_build.log" 2>&1; then
+      first=$(ls "$stage"/models/*_fp32.pte | head -1)
+      "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    else
+      tail -20 "$out/consumer_build.log"; status=1
+    fi
+  else
+    echo "no cmake on this machine: consumer not built"
+  fi
   echo "== programs through kiln_runner vs eager PyTorch"
   PYTHONUNBUFFERED=1 python3 bench/gpu_run.py --models "$stage/models" \
     --runner "$stage/site/kiln_executorch/bin/kiln_runner" --out "$out" --iterations "$iterations" \
