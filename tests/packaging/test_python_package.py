@@ -108,3 +108,35 @@ def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path):
                exe=str(venv / "bin" / "python"))
     assert r.returncode == 0, r.stderr
     assert str(site) in r.stdout and "'KilnBackend'" in r.stdout, r.stdout
+
+
+def test_executorch_runtime_runs_or_cleanly_refuses_a_kiln_program(tmp_path):
+    # After the import, executorch.runtime sees KilnBackend: on a GPU machine the program runs and
+    # matches eager; without a usable GPU the backend reports itself unavailable and loading the
+    # method fails with an exception, never a crash.
+    code = f"""
+import torch, kiln_executorch
+from kiln_executorch.aot import export
+from executorch.runtime import Runtime
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+x = torch.randn(2, 16)
+export(m, (x,), {str(tmp_path / 'lin.pte')!r})
+rt = Runtime.get()
+available = rt.backend_registry.is_available("KilnBackend")
+print("available", available)
+program = rt.load_program({str(tmp_path / 'lin.pte')!r})
+try:
+    y = program.load_method("forward").execute([x])[0]
+    print("max_err", float((y - m(x)).abs().max()))
+except Exception as e:
+    print("refused", type(e).__name__)
+"""
+    r = python(code)
+    assert r.returncode == 0, r.stderr
+    if "available True" in r.stdout:
+        err = float(r.stdout.split("max_err")[1])
+        assert err < 1e-4, r.stdout
+    else:
+        assert "refused" in r.stdout, r.stdout
+        assert "KilnBackend is not available" in r.stderr, r.stderr
