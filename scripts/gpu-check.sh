@@ -11,6 +11,9 @@
 #       engine's GPU tests, every staged program through kiln_runner against eager PyTorch, and the
 #       latency comparison with torch eager / torch.compile. Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
+#   scripts/gpu-check.sh sanitize
+#       on the GPU machine: compute-sanitizer memcheck over every staged program through kiln_runner
+#       and racecheck over the engine's reduction, softmax and layer-norm GPU tests.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -48,7 +51,7 @@ prepare)
   tar -C "$stage" -cf - . | xz -T2 -6 > "$bundle"
   ls -la "$bundle"
   ;;
-run)
+run|sanitize)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
   compile=""; iterations=200; keys=""
   while [ $# -gt 0 ]; do
@@ -64,9 +67,29 @@ run)
     || { echo "gpu-check: cannot unpack $bundle (run prepare first)" >&2; exit 1; }
   # cuBLASLt and cuDNN: the toolkit's, else the ones the machine's PyTorch brought (nvidia-* wheels).
   py_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
-  export LD_LIBRARY_PATH="$stage/site/executorch/lib:/usr/local/cuda/lib64:$py_site/nvidia/cu13/lib:$py_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$stage/site/executorch/lib:$stage/site/kiln_executorch/lib:/usr/local/cuda/lib64:$py_site/nvidia/cu13/lib:$py_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
   status=0
+  if [ "$mode" = sanitize ]; then
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    runner="$stage/site/kiln_executorch/bin/kiln_runner"
+    for pte in "$stage"/models/*.pte; do
+      name=$(basename "$pte" .pte); key=${name%_*}
+      inputs=(); i=0
+      for f in "$stage/models/${key}"_input_*.bin; do inputs+=(--input "$i=$f"); i=$((i + 1)); done
+      "$cs" --tool memcheck --leak-check full --error-exitcode 99 "$runner" "$pte" "${inputs[@]}" \
+        --iterations 2 > "$out/memcheck_$name.log" 2>&1
+      rc=$?; [ $rc -eq 0 ] || status=1
+      echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1)"
+    done
+    for t in "$stage"/tests/*; do
+      "$cs" --tool racecheck --error-exitcode 99 "$t" --gtest_filter='*Softmax*:*Reduce*:*LayerNorm*:*Norm*' \
+        > "$out/racecheck_$(basename "$t").log" 2>&1
+      rc=$?; [ $rc -eq 0 ] || status=1
+      echo "racecheck $(basename "$t"): rc=$rc $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck_$(basename "$t").log" | tail -1) $(grep -cE '^\[       OK \]' "$out/racecheck_$(basename "$t").log") tests"
+    done
+    exit $status
+  fi
   for t in "$stage"/tests/*; do
     [ -x "$t" ] || continue
     echo "== $(basename "$t")"
