@@ -1,4 +1,5 @@
 #include "runtime/cpu_kernels/cpu_kernels.h"
+#include "runtime/register_missing_kernels.h"
 
 #include <executorch/runtime/core/evalue.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
@@ -7,7 +8,6 @@
 #include <executorch/runtime/platform/log.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace kiln {
@@ -107,19 +107,8 @@ void register_missing_cpu_kernels() {
   static const et::Kernel kKernels[] = {
       et::Kernel("aten::erfinv.out", erfinv_out),
   };
-  for (const et::Kernel& k : kKernels) {
-    // Looked up by name in the registered list: registry_has_op_function would log an error for
-    // every name it does not find.
-    bool present = false;
-    for (const et::Kernel& r : et::get_registered_kernels()) {
-      present = present || std::strcmp(r.name_, k.name_) == 0;
-    }
-    if (present) continue;
-    et::Error err = et::register_kernel(k);
-    if (err != et::Error::Ok) {
-      ET_LOG(Error, "registering %s failed: 0x%x", k.name_, static_cast<unsigned>(err));
-    }
-  }
+  register_missing_kernels({kKernels, sizeof(kKernels) / sizeof(kKernels[0])},
+                           "kiln_runner's CPU kernels");
 }
 
 }  // namespace kiln

@@ -14,8 +14,8 @@
 #include <executorch/runtime/platform/log.h>
 
 #include "runtime/device/device_copy_kernels.h"
+#include "runtime/register_missing_kernels.h"
 
-#include <cstring>
 
 namespace kiln {
 namespace {
@@ -85,26 +85,8 @@ const et::Kernel kKernels[] = {
     et::Kernel(kDeviceToHostCopy, device_copy<Direction::kDeviceToHost>),
 };
 
-bool registered(const char* name) {
-  for (const et::Kernel& k : et::get_registered_kernels()) {
-    if (std::strcmp(k.name_, name) == 0) return true;
-  }
-  return false;
-}
-
-// Names already present (a kernel library loaded first) are left alone rather than registered
-// again, which would abort. A kernel library loaded after this one still aborts on its own second
-// registration: link one provider of these names, not two.
 bool register_missing() {
-  for (const et::Kernel& k : kKernels) {
-    if (registered(k.name_)) {
-      ET_LOG(Info, "%s is already registered; libkiln_device_copy_kernels.so leaves it", k.name_);
-      continue;
-    }
-    if (et::register_kernel(k) != et::Error::Ok) {
-      ET_LOG(Error, "registering %s failed", k.name_);
-    }
-  }
+  register_missing_kernels({kKernels, 2}, "libkiln_device_copy_kernels.so");
   return true;
 }
 
