@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_zoo import build, weights_checksum  # noqa: E402
 
 NP = {"Float": np.float32, "Long": np.int64}
-TORCH = {"Float": torch.float32, "Long": torch.int64}
 
 
 def load(models: Path, spec: dict) -> torch.Tensor:

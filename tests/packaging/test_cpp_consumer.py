@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, REPO, run
+from conftest import REPO, run
 
 ET_ROOT = Path(list(importlib.util.find_spec("executorch").submodule_search_locations)[0])
 KILN_ROOT = ET_ROOT.parent / "kiln_executorch"

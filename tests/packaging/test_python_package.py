@@ -10,9 +10,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-import pytest
 
-from conftest import BUILD, REPO, require
+from conftest import BUILD
 
 REGISTERED = ("from executorch.runtime import Runtime; "
               "print(sorted(Runtime.get().backend_registry.registered_backend_names))")
