@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check, in two halves:
 #
-#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests]
+#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests] [--no-e2e]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
 #       eager outputs). .gpu/ is git-ignored; carry it to the GPU machine with the repository.
 #   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2]
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
-#       engine's GPU tests, every staged program through kiln_runner against eager PyTorch, and the
+#       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
+#       export_<name>.py staged), every staged program through kiln_runner against eager PyTorch, and the
 #       latency comparison with torch eager / torch.compile. Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh sanitize
@@ -22,12 +23,13 @@ mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; tests=1
+  keys=""; precisions="fp32,bf16"; tests=1; e2e=1
   while [ $# -gt 0 ]; do
     case "$1" in
       --keys) keys="$2"; shift 2 ;;
       --precisions) precisions="$2"; shift 2 ;;
       --no-tests) tests=0; shift ;;
+      --no-e2e) e2e=0; shift ;;
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
   done
@@ -38,7 +40,7 @@ prepare)
   mkdir -p "$stage/site/executorch/lib" "$stage/tests"
   cp -a build/install/kiln_executorch "$stage/site/"
   et_lib=$(.venv/bin/python -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib")')
-  cp "$et_lib"/libexecutorch.so "$et_lib"/libexecutorch_kernels_optimized.so "$et_lib"/libexecutorch_threadpool.so "$stage/site/executorch/lib/"
+  cp "$et_lib"/*.so "$stage/site/executorch/lib/"  # 15 MB: every runtime library of the wheel
   # executorch's headers and CMake package, so examples/cpp_consumer can be built there.
   cp -a "$et_lib/cmake" "$stage/site/executorch/lib/"
   cp -a "$et_lib/../include" "$et_lib/../share" "$stage/site/executorch/"
@@ -47,6 +49,15 @@ prepare)
   strip --strip-debug "$stage"/site/kiln_executorch/lib/*.so "$stage"/site/kiln_executorch/bin/* "$stage"/tests/* 2>/dev/null || true
   PYTHONPATH="$root/python:$root/bench" .venv/bin/python bench/export_models.py --out "$stage/models" \
     ${keys:+--keys "$keys"} --precisions "$precisions"
+  # The end-to-end checks of tests/gpu_e2e: each export_<name>.py writes its programs here, and
+  # check_<name>.py runs them on the GPU machine.
+  if [ "$e2e" = 1 ]; then
+    for script in tests/gpu_e2e/export_*.py; do
+      [ -e "$script" ] || continue
+      name=$(basename "$script" .py); name=${name#export_}
+      PYTHONPATH="$root/python" .venv/bin/python "$script" --out "$stage/e2e/$name"
+    done
+  fi
   mkdir -p "$(dirname "$bundle")"
   tar -C "$stage" -cf - . | xz -T2 -6 > "$bundle"
   ls -la "$bundle"
@@ -111,6 +122,17 @@ run|sanitize)
   else
     echo "no cmake on this machine: consumer not built"
   fi
+  for check in tests/gpu_e2e/check_*.py; do
+    [ -e "$check" ] || continue
+    name=$(basename "$check" .py); name=${name#check_}
+    [ -d "$stage/e2e/$name" ] || { echo "== e2e $name: not staged (prepare --no-e2e?)"; continue; }
+    echo "== e2e $name"
+    PYTHONUNBUFFERED=1 python3 "$check" --dir "$stage/e2e/$name" \
+      --runner "$stage/site/kiln_executorch/bin/kiln_runner" --bin "$stage/tests" \
+      --install "$stage/site/kiln_executorch" 2>&1 | tee "$out/e2e_$name.log" | tail -40
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  done
+  [ "${KILN_GPU_E2E_ONLY:-0}" = 1 ] && exit $status
   echo "== programs through kiln_runner vs eager PyTorch"
   PYTHONUNBUFFERED=1 python3 bench/gpu_run.py --models "$stage/models" \
     --runner "$stage/site/kiln_executorch/bin/kiln_runner" --out "$out" --iterations "$iterations" \
