@@ -58,8 +58,11 @@ def run_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> dict:
         errors.append({"max_abs": float(diff.max()), "ref_max_abs": scale,
                        "nan": int(np.isnan(got).sum()),
                        "worst": [(int(i), float(got.ravel()[i]), float(ref.ravel()[i])) for i in worst]})
+    loads = dict(re.findall(r"^(load_method(?:_warm)?_ms)=([\d.]+)$", r.stdout, re.M))
     return {"ok": True, "median_ms": float(m.group(2)), "min_ms": float(m.group(1)),
-            "errors": errors, "wall_s": round(wall, 2)}
+            "errors": errors, "wall_s": round(wall, 2),
+            "init_cold_ms": float(loads.get("load_method_ms", "nan")),
+            "init_warm_ms": float(loads.get("load_method_warm_ms", "nan"))}
 
 
 def passes(entry: dict, result: dict) -> bool:
@@ -202,6 +205,11 @@ def main() -> int:
         print(f"{r['key']:22s} {r['precision']:5s} {str(r['pass']):5s} {k['median_ms']:8.4f} "
               f"{t.get('eager_host_ms', float('nan')):10.4f} {t.get('eager_device_ms', float('nan')):10.4f}  {comp}"
               f"  {k['median_ms'] / t.get('eager_host_ms', float('nan')):8.2f}  {ratios}")
+    print("\ninit (load_method: blob validation, weight upload, plans), ms: cold process / warm process")
+    for r in results:
+        k = r["kiln"]
+        if k.get("ok"):
+            print(f"{r['key']:22s} {r['precision']:5s} {k['init_cold_ms']:9.2f} {k['init_warm_ms']:9.2f}")
     print(f"\n{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
