@@ -448,6 +448,7 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
 
 Error CudaEngine::enqueue_ops(cudaStream_t stream) {
   DeviceState& s = *state_;
+  launch_failed_ = false;
   RunContext ctx{stream,
                  tensor_ptrs_.data(),
                  s.lt.get(),
@@ -461,7 +462,6 @@ Error CudaEngine::enqueue_ops(cudaStream_t stream) {
     KILN_TRY(cuda_status(cudaMemsetAsync(s.error_flag.get(), 0, sizeof(DeviceErrorFlag), stream),
                          Error::Internal, "Kiln engine: clearing the error flag"));
   }
-  launch_failed_ = false;
   for (size_t i = 0; i < s.steps.size(); ++i) {
     ctx.op_index = i;
     KILN_TRY(enqueue_step(i, ctx));
@@ -535,7 +535,7 @@ Error CudaEngine::capture() {
   DeviceState& s = *state_;
   // Capture on the engine's own stream (capture only records; nothing runs), launch on any.
   cudaStream_t capture_stream = s.stream.get();
-  launch_failed_ = false;
+  launch_failed_ = false;  // BeginCapture may fail before enqueue_ops resets it
   KILN_TRY(cuda_status(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal),
                        Error::Internal, "Kiln engine: cudaStreamBeginCapture failed"));
   capturing_ = true;
