@@ -199,5 +199,47 @@ TEST_F(EngineFault, LaunchFailureWhileRecapturingForNewDevicePointers) {
   for (float* p : buffers) cudaFree(p);
 }
 
+// Inside the caller's own stream capture the failure is still reported with the op; once the
+// caller has ended its capture, its stream and the engine run valid inputs again.
+TEST_F(EngineFault, LaunchFailureInsideACallersCapture) {
+  float* x = nullptr;
+  float* y = nullptr;
+  ASSERT_EQ(cudaMalloc(&x, kN * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y, kN * sizeof(float)), cudaSuccess);
+  const std::vector<float> host = input_for(7);
+  ASSERT_EQ(cudaMemcpy(x, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  const Binding in{x, kN * sizeof(float), true}, out{y, kN * sizeof(float), true};
+  auto execute = [&] {
+    return engine_->execute(Span<const Binding>(&in, 1), Span<const Binding>(&out, 1), stream_);
+  };
+  ASSERT_EQ(execute(), Error::Ok) << g_log;  // warm up first, as a caller would
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  kiln_fault_fail_launch(1, 1);
+  ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  g_log.clear();
+  const Error err = execute();
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(stream_, &graph);  // the caller's capture: may be invalidated
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  kiln_fault_fail_launch(0, 0);
+  EXPECT_EQ(err, Error::Internal);
+  EXPECT_NE(g_log.find("op 1 (binary): kernel launch failed"), std::string::npos) << g_log;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  ASSERT_EQ(cudaStreamIsCapturing(stream_, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_EQ(cudaMemset(y, 0xFF, kN * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(execute(), Error::Ok) << "run " << run << "\n" << g_log;
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<float> result(kN);
+    ASSERT_EQ(cudaMemcpy(result.data(), y, kN * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(result, expected_for(host)) << "run " << run;
+  }
+  cudaFree(x);
+  cudaFree(y);
+}
+
 }  // namespace
 }  // namespace kiln::engine
