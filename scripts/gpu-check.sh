@@ -81,13 +81,17 @@ run|sanitize)
   export LD_LIBRARY_PATH="$stage/site/executorch/lib:$stage/site/kiln_executorch/lib:/usr/local/cuda/lib64:$py_site/nvidia/cu13/lib:$py_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
   status=0
+  # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
+  export KILN_TEST_PROGRAMS="$stage/e2e/concurrency"
   if [ "$mode" = sanitize ]; then
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     runner="$stage/site/kiln_executorch/bin/kiln_runner"
     for pte in "$stage"/models/*.pte; do
-      name=$(basename "$pte" .pte); key=${name%_*}
-      inputs=(); i=0
-      for f in "$stage/models/${key}"_input_*.bin; do inputs+=(--input "$i=$f"); i=$((i + 1)); done
+      name=$(basename "$pte" .pte); key=${name%_*}  # mlp_bf16 -> mlp: one input set per model
+      inputs=(); i=0  # in index order (input_10 after input_9), however many the model has
+      while [ -e "$stage/models/${key}_input_$i.bin" ]; do
+        inputs+=(--input "$i=$stage/models/${key}_input_$i.bin"); i=$((i + 1))
+      done
       "$cs" --tool memcheck --leak-check full --error-exitcode 99 "$runner" "$pte" "${inputs[@]}" \
         --iterations 2 > "$out/memcheck_$name.log" 2>&1
       rc=$?; [ $rc -eq 0 ] || status=1

@@ -115,6 +115,9 @@ int device_index_from(et::ArrayRef<et::CompileSpec> specs) {
 
 bool KilnBackend::is_available() const {
   const std::string& why = engine::cuda_unavailable_reason();
+  // Logged once per process; a function-local static's initialiser runs exactly once even when
+  // methods are loaded on several threads at once. KilnBackend holds no other mutable state: each
+  // delegate's engine and bindings live in its own Handle.
   static const bool logged = [&] {
     if (!why.empty()) ET_LOG(Error, "KilnBackend is not available: %s", why.c_str());
     return true;

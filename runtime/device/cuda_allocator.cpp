@@ -40,6 +40,8 @@ et::Error copy(void* dst, const void* src, size_t nbytes, et::etensor::DeviceInd
   return et::Error::Ok;
 }
 
+// Methods on several threads allocate and free at once: g_sizes only under g_sizes_mutex, and
+// in_use_ is atomic.
 std::mutex g_sizes_mutex;
 std::unordered_map<void*, size_t> g_sizes;  // for bytes_in_use
 

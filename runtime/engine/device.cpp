@@ -78,6 +78,9 @@ Error cuda_status(cudaError_t status, Error code, const char* format, ...) {
 }
 
 const std::string& cuda_unavailable_reason() {
+  // Safe from any thread: a function-local static is initialised exactly once (C++11), and
+  // threads arriving meanwhile wait for it, so engines created on several threads at once all
+  // read the one finished string.
   static const std::string reason = compute_unavailable_reason();
   return reason;
 }

@@ -27,6 +27,9 @@
 #include "runtime/engine/kernels/reduce.cuh"
 #include "runtime/engine/kernels/softmax.cuh"
 #include "runtime/engine/step.h"
+#ifdef KILN_ENGINE_FAULT_INJECTION
+#include "runtime/engine/fault_injection.h"
+#endif
 
 namespace kiln::engine {
 namespace {
@@ -39,6 +42,10 @@ using executorch::runtime::Span;
 // op. The first run is eager, so lazy module loading and library initialisation never happen
 // under capture. Turning this off runs every op eagerly, every time.
 constexpr bool kUseCudaGraphs = true;
+
+// Captures that fail for reasons outside the ops (a library call that refuses capture, another
+// thread's call invalidating it) run eagerly; after this many in a row the engine stops trying.
+constexpr int kMaxCaptureFailures = 3;
 
 // Grid-stride kernels of 256 threads: 8 blocks fill an SM (2048 threads).
 constexpr int kBlocksPerSm = 8;
@@ -68,6 +75,24 @@ StepResult make_step(const Op& op, const InitContext& ctx) {
   }
   return fail(nullptr, Error::InvalidProgram, "Kiln engine: op %zu has unknown opcode %u",
               ctx.op_index, static_cast<unsigned>(op.opcode));
+}
+
+// Errors that say a stream capture went wrong rather than the launch itself.
+bool is_capture_error(cudaError_t e) {
+  switch (e) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureMerge:
+    case cudaErrorStreamCaptureUnmatched:
+    case cudaErrorStreamCaptureUnjoined:
+    case cudaErrorStreamCaptureIsolation:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorCapturedEvent:
+    case cudaErrorStreamCaptureWrongThread:
+      return true;
+    default:
+      return false;
+  }
 }
 
 bool has_opcode(const Graph& graph, blob::Opcode opcode) {
@@ -152,6 +177,7 @@ class CudaEngine final : public Engine {
   Error run(Span<const Binding> inputs, Span<const Binding> outputs, cudaStream_t stream,
             bool external_capture);
   Error enqueue_ops(cudaStream_t stream);
+  Error enqueue_step(size_t i, const RunContext& ctx);
   Error launch_graph(cudaStream_t stream);
   Error capture();
   Error embedding_error() const;
@@ -170,6 +196,9 @@ class CudaEngine final : public Engine {
   uint64_t runs_ = 0;
   bool graphs_disabled_ = false;
   bool empty_graph_ = false;  // the last capture recorded no work
+  bool launch_failed_ = false;  // the last enqueue_ops stopped at a kernel launch CUDA rejected
+  bool capturing_ = false;      // enqueue_ops is recording into the engine's own capture
+  int capture_failures_ = 0;    // captures in a row that failed for reasons outside the ops
 };
 
 Error CudaEngine::init() {
@@ -419,6 +448,7 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
 
 Error CudaEngine::enqueue_ops(cudaStream_t stream) {
   DeviceState& s = *state_;
+  launch_failed_ = false;
   RunContext ctx{stream,
                  tensor_ptrs_.data(),
                  s.lt.get(),
@@ -434,12 +464,36 @@ Error CudaEngine::enqueue_ops(cudaStream_t stream) {
   }
   for (size_t i = 0; i < s.steps.size(); ++i) {
     ctx.op_index = i;
-    KILN_TRY(s.steps[i]->enqueue(ctx));
-    KILN_TRY(cuda_status(cudaGetLastError(), Error::Internal,
+    KILN_TRY(enqueue_step(i, ctx));
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) {
+      // Once a capture is invalidated (by another thread's synchronising call, say), every later
+      // launch into it fails: that is the capture's failure, which launch_graph recovers from,
+      // not the op's.
+      launch_failed_ = !is_capture_error(launched);
+      if (capturing_ && !launch_failed_) {
+        ET_LOG(Info, "Kiln engine: op %zu (%s): the CUDA graph capture was invalidated: %s", i,
+               opcode_name(graph_.ops[i].opcode), cudaGetErrorName(launched));
+        return Error::Internal;
+      }
+      return cuda_status(launched, Error::Internal,
                          "Kiln engine: op %zu (%s): kernel launch failed", i,
-                         opcode_name(graph_.ops[i].opcode)));
+                         opcode_name(graph_.ops[i].opcode));
+    }
   }
   return Error::Ok;
+}
+
+Error CudaEngine::enqueue_step(size_t i, const RunContext& ctx) {
+#ifdef KILN_ENGINE_FAULT_INJECTION
+  // Test builds only: an armed op's work becomes a launch CUDA rejects, so the launch check in
+  // enqueue_ops reports a real launch error the way it reports any other.
+  if (fault::take_launch_failure(i)) {
+    fault::launch_rejected_kernel(ctx.stream);
+    return Error::Ok;
+  }
+#endif
+  return state_->steps[i]->enqueue(ctx);
 }
 
 Error CudaEngine::launch_graph(cudaStream_t stream) {
@@ -448,17 +502,31 @@ Error CudaEngine::launch_graph(cudaStream_t stream) {
     return Error::Ok;
   }
   if (s.graph_exec == nullptr || captured_ptrs_ != io_ptrs_) {
-    if (capture() != Error::Ok) {
-      // Some library call refused capture: keep running, one launch per op.
-      ET_LOG(Info, "Kiln engine: CUDA graph capture failed (logged above); running ops eagerly");
-      graphs_disabled_ = true;
+    const Error captured = capture();
+    if (captured != Error::Ok) {
+      // Whatever failed, no graph from this attempt survives: the next run captures afresh.
       s.graph_exec.reset();
+      if (launch_failed_) {
+        // An op's kernel launch was rejected (logged above with the op): that is this run's
+        // error, reported like an eager run's, and no reason to give up graphs for later runs.
+        return captured;
+      }
+      // The capture itself failed: a library call refused it (it will again) or another thread
+      // invalidated it (it may not next time). Run this one eagerly; after a few failures in a
+      // row, every run.
+      graphs_disabled_ = ++capture_failures_ >= kMaxCaptureFailures;
+      ET_LOG(Info, "Kiln engine: CUDA graph capture failed (logged above); running ops eagerly%s",
+             graphs_disabled_ ? " from now on" : " this time");
       return enqueue_ops(stream);
     }
+    capture_failures_ = 0;
     if (empty_graph_) {
       return Error::Ok;
     }
   }
+#ifdef KILN_ENGINE_FAULT_INJECTION
+  fault::count_graph_launch();
+#endif
   return cuda_status(cudaGraphLaunch(s.graph_exec.get(), stream), Error::Internal,
                      "Kiln engine: cudaGraphLaunch failed");
 }
@@ -467,13 +535,21 @@ Error CudaEngine::capture() {
   DeviceState& s = *state_;
   // Capture on the engine's own stream (capture only records; nothing runs), launch on any.
   cudaStream_t capture_stream = s.stream.get();
+  launch_failed_ = false;  // BeginCapture may fail before enqueue_ops resets it
   KILN_TRY(cuda_status(cudaStreamBeginCapture(capture_stream, cudaStreamCaptureModeThreadLocal),
                        Error::Internal, "Kiln engine: cudaStreamBeginCapture failed"));
+  capturing_ = true;
   const Error recorded = enqueue_ops(capture_stream);
+  capturing_ = false;
+  // Always end the capture, also after a failure: the stream leaves capture mode (an invalidated
+  // capture returns an error and no graph) and stays usable for the next run.
   cudaGraph_t raw = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(capture_stream, &raw);
   UniqueGraph graph(raw);
-  KILN_TRY(recorded);
+  if (recorded != Error::Ok) {
+    (void)cudaGetLastError();  // an invalidated capture's error is part of the failure logged
+    return recorded;
+  }
   KILN_TRY(cuda_status(ended, Error::Internal, "Kiln engine: capturing the ops as a CUDA graph"));
   size_t nodes = 0;
   KILN_TRY(cuda_status(cudaGraphGetNodes(graph.get(), nullptr, &nodes), Error::Internal,

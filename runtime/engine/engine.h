@@ -55,7 +55,10 @@ class Engine {
   /// stream; device bindings are used in place. Sizes are checked against input()/output().
   /// Returns after the work is enqueued on `stream` (the engine's own stream when null) and,
   /// when any output binding is host memory, after that stream has finished. Kernel failures
-  /// surface as Error::Internal with a log line naming the op.
+  /// surface as Error::Internal with a log line naming the op; the engine stays usable.
+  /// Threading: one engine runs one execute() at a time (its arena, staging buffers and CUDA
+  /// graph serve every run), so calls on one engine must not overlap; different engines share no
+  /// mutable state and may execute concurrently from different threads.
   virtual executorch::runtime::Error execute(executorch::runtime::Span<const Binding> inputs,
                                              executorch::runtime::Span<const Binding> outputs,
                                              CUstream_st* stream = nullptr) = 0;

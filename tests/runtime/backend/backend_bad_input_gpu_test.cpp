@@ -1,6 +1,10 @@
 // Bad input to KilnBackend, table-driven: each row is one bad call with the exact ExecuTorch error
 // and a fragment of the message it must log; after every row the same delegate still runs a valid
 // call and gives the right answer. Needs a CUDA device (ctest label gpu).
+//
+// Built twice: against the shipped backend library, and (backend_bad_input_fault_gpu_test) from the
+// backend's sources over the fault-injection engine (runtime/engine/fault_injection.h), which adds
+// the rows where an op's kernel launch fails.
 
 #include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/runtime/backend/interface.h>
@@ -15,6 +19,9 @@
 
 #include "tests/runtime/engine/blob_builder.h"
 #include "tests/runtime/engine/log_capture.h"
+#ifdef KILN_ENGINE_FAULT_INJECTION
+#include "runtime/engine/fault_injection.h"
+#endif
 
 namespace kiln::engine {
 namespace {
@@ -94,6 +101,7 @@ struct Row {
   std::function<et::Error(BackendBadInput&)> call;
   et::Error error;
   const char* message;
+  const char* also = nullptr;  // a second fragment the log must hold, when set
 };
 
 TEST_F(BackendBadInput, EveryBadCallIsAnErrorAndTheDelegateKeepsWorking) {
@@ -143,14 +151,51 @@ TEST_F(BackendBadInput, EveryBadCallIsAnErrorAndTheDelegateKeepsWorking) {
          return t.execute({&a.value, &b.value, &out.value});
        },
        et::Error::InvalidArgument, "input 0 has no data pointer"},
+#ifdef KILN_ENGINE_FAULT_INJECTION
+      // A kernel launch CUDA rejects (cudaGetLastError, not a sticky fault), on a new delegate's
+      // first run, which is eager: the delegate keeps working (the check after the row).
+      {"a kernel launch fails on the eager first run",
+       [](BackendBadInput& t) {
+         t.backend_->destroy(t.handle_);
+         t.handle_ = t.init(t.blob_);
+         kiln_fault_fail_launch(0, 1);
+         Arg a({4, 8}, 1), b({4, 8}, 1), out({4, 8}, 0);
+         const et::Error e = t.execute({&a.value, &b.value, &out.value});
+         kiln_fault_fail_launch(0, 0);
+         return e;
+       },
+       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalidConfiguration"},
+      // The delegate's second run captures its CUDA graph: the failure hits the capture, and the
+      // next call captures again and replays.
+      {"a kernel launch fails while the CUDA graph is captured",
+       [](BackendBadInput& t) {
+         kiln_fault_fail_launch(0, 1);
+         Arg a({4, 8}, 1), b({4, 8}, 1), out({4, 8}, 0);
+         const et::Error e = t.execute({&a.value, &b.value, &out.value});
+         kiln_fault_fail_launch(0, 0);
+         return e;
+       },
+       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalidConfiguration"},
+#endif
   };
   for (const Row& row : rows) {
     testing::captured_log().clear();
     EXPECT_EQ(row.call(*this), row.error) << row.what;
     EXPECT_NE(testing::captured_log().find(row.message), std::string::npos)
         << row.what << ": log was\n" << testing::captured_log();
+    if (row.also != nullptr) {
+      EXPECT_NE(testing::captured_log().find(row.also), std::string::npos)
+          << row.what << ": log was\n" << testing::captured_log();
+    }
     expect_valid_call_still_works();
   }
+#ifdef KILN_ENGINE_FAULT_INJECTION
+  // After both failures the delegate is back on CUDA graphs: each call is one graph launch.
+  const unsigned long long launches = kiln_fault_graph_launches();
+  expect_valid_call_still_works();
+  expect_valid_call_still_works();
+  EXPECT_EQ(kiln_fault_graph_launches() - launches, 2u);
+#endif
 }
 
 TEST_F(BackendBadInput, BadBlobsFailInitWithTheirOwnError) {

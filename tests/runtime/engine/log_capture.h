@@ -7,6 +7,7 @@
 #include <executorch/runtime/platform/runtime.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <string>
 
 namespace kiln::engine::testing {
@@ -19,6 +20,9 @@ inline std::string& captured_log() {
 
 inline void capture_log(et_timestamp_t, et_pal_log_level_t, const char*, const char*, size_t,
                         const char* message, size_t length) {
+  // Engines on several threads may log at once; readers look only after the threads joined.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
   captured_log().append(message, length);
   captured_log() += '\n';
 }
