@@ -17,15 +17,18 @@ from conftest import REPO, run
 import kiln_verify
 
 EXAMPLE = REPO / "examples" / "export_coalesced.py"
+GPU_E2E = REPO / "tests" / "gpu_e2e"
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("coalesced")
     env = {**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    r = subprocess.run([sys.executable, EXAMPLE, "--out", out], capture_output=True, text=True, env=env,
-                       timeout=600)
+    # The GPU end-to-end export: the example at fp32 plus kiln_verify.py for the GPU machine.
+    r = subprocess.run([sys.executable, GPU_E2E / "export_coalesced.py", "--out", out], capture_output=True,
+                       text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert (out / "kiln_verify.py").read_text() == (REPO / "tools" / "kiln_verify.py").read_text()
     return out
 
 
@@ -119,3 +122,20 @@ def test_kiln_programs_run_or_fail_cleanly_without_a_gpu(runner, exported, name)
     assert "load_method('forward') failed: NotFound (0x20): Backend KilnBackend is not available." in r.stderr
     assert "KilnBackend needs an NVIDIA GPU" in r.stderr, r.stderr
     assert "XnnpackBackend" not in r.stderr, r.stderr
+
+
+def test_gpu_check_passes_the_cpu_program_and_fails_the_kiln_ones_here(runner, exported):
+    # check_coalesced.py as the GPU machine runs it; here only the XNNPACK-only program can pass.
+    r = run([sys.executable, GPU_E2E / "check_coalesced.py", "--dir", exported, "--runner", runner])
+    lines = r.stdout.splitlines()
+    for case in ["ones", "random", "twice"]:
+        assert any(l.startswith(f"PASS coalesced/xnnpack_only {case}: XnnpackBackend") or
+                   l.startswith(f"PASS coalesced/xnnpack_only {case}: run0") for l in lines), r.stdout
+    kiln_lines = [l for l in lines if l.startswith(("PASS coalesced/mixed", "FAIL coalesced/mixed",
+                                                    "PASS coalesced/coalesced", "FAIL coalesced/coalesced"))]
+    assert len(kiln_lines) == 6, r.stdout
+    if any("KilnBackend is not available" in l for l in kiln_lines):
+        assert r.returncode == 1 and all(l.startswith("FAIL") for l in kiln_lines), r.stdout
+        assert lines[-1] == "coalesced: 3/9 cases passed", r.stdout
+    else:
+        assert r.returncode == 0 and lines[-1] == "coalesced: 9/9 cases passed", r.stdout
