@@ -38,9 +38,7 @@ prepare)
   mkdir -p "$stage/site/executorch/lib" "$stage/tests"
   cp -a build/install/kiln_executorch "$stage/site/"
   et_lib=$(.venv/bin/python -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib")')
-  # kiln_runner also needs the XNNPACK delegate (programs that mix KilnBackend and XnnpackBackend).
-  cp "$et_lib"/libexecutorch.so "$et_lib"/libexecutorch_kernels_optimized.so "$et_lib"/libexecutorch_threadpool.so \
-     "$et_lib"/libexecutorch_backend_xnnpack.so "$stage/site/executorch/lib/"
+  cp "$et_lib"/libexecutorch.so "$et_lib"/libexecutorch_kernels_optimized.so "$et_lib"/libexecutorch_threadpool.so "$stage/site/executorch/lib/"
   # executorch's headers and CMake package, so examples/cpp_consumer can be built there.
   cp -a "$et_lib/cmake" "$stage/site/executorch/lib/"
   cp -a "$et_lib/../include" "$et_lib/../share" "$stage/site/executorch/"
