@@ -139,3 +139,15 @@ def test_gpu_check_passes_the_cpu_program_and_fails_the_kiln_ones_here(runner, e
         assert lines[-1] == "coalesced: 3/9 cases passed", r.stdout
     else:
         assert r.returncode == 0 and lines[-1] == "coalesced: 9/9 cases passed", r.stdout
+
+
+def test_gpu_check_needs_only_python_numpy_and_kiln_verify():
+    # The GPU machine has python3, torch and numpy, not executorch or kiln_executorch.
+    import ast
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "kiln_verify", "__future__"}
+    for path in [GPU_E2E / "check_coalesced.py", REPO / "tools" / "kiln_verify.py"]:
+        tree = ast.parse(path.read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert imported <= allowed, f"{path.name} imports {sorted(imported - allowed)}"
