@@ -51,7 +51,8 @@ const char* hint(et::Error e) {
              "et_copy::_d2h_copy.out";
     case et::Error::NotFound:
       return "something the program names is not registered here: a delegate (link its backend "
-             "library, e.g. kiln::executorch_backend for KilnBackend, with --no-as-needed) or a "
+             "library, e.g. kiln::executorch_backend for KilnBackend or executorch::backend_xnnpack for "
+             "XnnpackBackend, with --no-as-needed) or a "
              "method (see the list of methods)";
     case et::Error::InvalidProgram:
       return "the file is not a valid ExecuTorch program (truncated, corrupt or not a .pte); "
@@ -139,7 +140,8 @@ const char* error_name(et::Error e) {
                                      "for ExecuTorch's portable ATen operators)"));
   }
   if (e == et::Error::NotFound && g_backend_problem.find("is not registered") != std::string::npos) {
-    why = g_backend_problem + " Link its backend library (kiln::executorch_backend for KilnBackend) "
+    why = g_backend_problem + " Link its backend library (kiln::executorch_backend for KilnBackend, "
+          "executorch::backend_xnnpack for XnnpackBackend) "
           "with --no-as-needed, or load it before the program";
   } else if (e == et::Error::NotFound && g_backend_problem.find("is not available") != std::string::npos) {
     why = g_backend_problem + " The backend is linked but cannot run on this machine; the line above "

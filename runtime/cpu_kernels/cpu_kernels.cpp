@@ -57,12 +57,51 @@ double erfinv(double x) {
   return y;
 }
 
-template <typename In, typename Out>
+// The float kernel in float math, about 4x faster than the double one: the same first guess,
+// then one Newton step. Near |x| = 1 erf(y) rounds to 1 in float, so there the step solves
+// erfc(y) = 1 - |x| instead (1 - |x| is exact in float for |x| >= 0.5, and erfcf keeps its
+// relative accuracy), which keeps the result within a few ulp up to the last float below 1.
+float erfinv(float x) {
+  if (std::isnan(x) || x < -1.0f || x > 1.0f) return std::numeric_limits<float>::quiet_NaN();
+  const float a = std::fabs(x);
+  if (a == 1.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  const float w = -std::log((1.0f - a) * (1.0f + a));
+  float p;
+  if (w < 5.0f) {
+    const float t = w - 2.5f;
+    p = 2.81022636e-08f;
+    p = 3.43273939e-07f + p * t;
+    p = -3.5233877e-06f + p * t;
+    p = -4.39150654e-06f + p * t;
+    p = 0.00021858087f + p * t;
+    p = -0.00125372503f + p * t;
+    p = -0.00417768164f + p * t;
+    p = 0.246640727f + p * t;
+    p = 1.50140941f + p * t;
+  } else {
+    const float t = std::sqrt(w) - 3.0f;
+    p = -0.000200214257f;
+    p = 0.000100950558f + p * t;
+    p = 0.00134934322f + p * t;
+    p = -0.00367342844f + p * t;
+    p = 0.00573950773f + p * t;
+    p = -0.0076224613f + p * t;
+    p = 0.00943887047f + p * t;
+    p = 1.00167406f + p * t;
+    p = 2.83297682f + p * t;
+  }
+  float y = p * a;
+  const float residual = a < 0.5f ? std::erf(y) - a : (1.0f - a) - std::erfc(y);
+  y -= residual / (1.12837917f * std::exp(-y * y));
+  return std::copysign(y, x);
+}
+
+template <typename T>
 void erfinv_loop(const Tensor& self, Tensor& out) {
-  const In* in = self.const_data_ptr<In>();
-  Out* o = out.mutable_data_ptr<Out>();
+  const T* in = self.const_data_ptr<T>();
+  T* o = out.mutable_data_ptr<T>();
   for (ssize_t i = 0; i < self.numel(); ++i) {
-    o[i] = static_cast<Out>(erfinv(static_cast<double>(in[i])));
+    o[i] = erfinv(in[i]);
   }
 }
 
@@ -89,9 +128,9 @@ void erfinv_out(et::KernelRuntimeContext& ctx, et::Span<et::EValue*> args) {
   const ScalarType in_t = self.scalar_type();
   const ScalarType out_t = out.scalar_type();
   if (in_t == ScalarType::Float && out_t == ScalarType::Float) {
-    erfinv_loop<float, float>(self, out);
+    erfinv_loop<float>(self, out);
   } else if (in_t == ScalarType::Double && out_t == ScalarType::Double) {
-    erfinv_loop<double, double>(self, out);
+    erfinv_loop<double>(self, out);
   } else {
     ET_LOG(Error, "aten::erfinv.out: dtype %d -> %d not supported (Float or Double)",
            static_cast<int>(in_t), static_cast<int>(out_t));

@@ -103,3 +103,44 @@ def test_runpath_resolves_in_the_installed_venv_layout():
     out = sh("ldd", lib)
     m = re.search(r"libexecutorch\.so => (\S+)", out)
     assert m and Path(m.group(1)).resolve() == (executorch_lib_dir() / "libexecutorch.so").resolve(), out
+
+
+def test_installed_runner_links_the_xnnpack_delegate_with_relative_runpath():
+    # kiln_runner keeps the wheel's XNNPACK delegate (nothing references it: --no-as-needed) and
+    # finds it where it finds libexecutorch.so, through the same $ORIGIN-relative RUNPATH.
+    exe = require(INSTALL / "bin" / "kiln_runner", "run scripts/setup.sh")
+    d = dynamic(exe)
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", d)
+    for lib in ["libexecutorch.so", "libexecutorch_kernels_optimized.so", "libexecutorch_backend_xnnpack.so",
+                "libkiln_executorch_backend.so"]:
+        assert lib in needed, f"{lib} not NEEDED by kiln_runner: {needed}"
+    assert "(RPATH)" not in d, f"DT_RPATH present:\n{d}"
+    m = re.search(r"\(RUNPATH\)\s+Library runpath: \[(.*)\]", d)
+    assert m, f"no DT_RUNPATH:\n{d}"
+    entries = m.group(1).split(":")
+    assert all(e.startswith("$ORIGIN") for e in entries), f"non-relative RUNPATH entries: {entries}"
+    assert "$ORIGIN/../lib" in entries and "$ORIGIN/../../executorch/lib" in entries, entries
+
+
+def test_installed_runner_resolves_every_library_in_the_wheel_layout(tmp_path):
+    # The install tree placed beside the executorch (and nvidia) packages, as the wheel installs it:
+    # every NEEDED library of the runner resolves, the executorch ones from the executorch package.
+    site = executorch_lib_dir().parents[1]
+    exe = require(INSTALL / "bin" / "kiln_runner", "run scripts/setup.sh")
+    root = tmp_path / "kiln_executorch"
+    (root / "bin").mkdir(parents=True)
+    (root / "lib").mkdir()
+    (root / "bin" / "kiln_runner").write_bytes(exe.read_bytes())
+    (root / "bin" / "kiln_runner").chmod(0o755)
+    for lib in LIBS:
+        (root / "lib" / lib).write_bytes((INSTALL / "lib" / lib).read_bytes())
+    for pkg in ["executorch", "nvidia"]:
+        if (site / pkg).exists():
+            (tmp_path / pkg).symlink_to(site / pkg)
+    out = sh("ldd", root / "bin" / "kiln_runner")
+    assert "not found" not in out, out
+    for lib in ["libexecutorch.so", "libexecutorch_backend_xnnpack.so", "libexecutorch_kernels_optimized.so"]:
+        m = re.search(rf"{re.escape(lib)} => (\S+)", out)
+        assert m and Path(m.group(1)).resolve() == (executorch_lib_dir() / lib).resolve(), out
+    m = re.search(r"libkiln_executorch_backend\.so => (\S+)", out)
+    assert m and Path(m.group(1)).resolve().parent == (root / "lib").resolve(), out
