@@ -63,3 +63,17 @@ def test_export_shared_weights(tmp_path):
         got = np.fromfile(tmp_path / f"{name}.expected.bin", dtype=np.float32)
         np.testing.assert_array_equal(got, want)
         assert meta["methods"][name]["shape"] == list(m(x).shape)
+
+
+def test_device_memory_counters_read_zero_with_nothing_loaded():
+    code = ("import kiln_executorch as k; m = k.device_memory(); "
+            "assert set(m) == {'weight_bytes', 'weight_allocated_bytes', 'weight_requested_bytes', "
+            "'activation_bytes'}, m; assert all(v == 0 for v in m.values()), m; print(m)")
+    env = {k: v for k, v in os.environ.items() if k != "KILN_SKIP_DELEGATE_REGISTRATION"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    skipped = subprocess.run([sys.executable, "-c", "import kiln_executorch as k; "
+                              "assert k.device_memory() is None"],
+                             env=dict(env, KILN_SKIP_DELEGATE_REGISTRATION="1"),
+                             capture_output=True, text=True)
+    assert skipped.returncode == 0, skipped.stderr[-3000:]

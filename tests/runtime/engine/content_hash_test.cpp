@@ -117,7 +117,9 @@ TEST(ContentHash, CostOnA45MegabyteBuffer) {
               hash_s * 1e3, data.size() / hash_s / 1e9, read_s * 1e3, data.size() / read_s / 1e9,
               static_cast<unsigned long long>(sink & 0xF));
   RecordProperty("hash_gb_per_s", std::to_string(data.size() / hash_s / 1e9));
+#if !defined(__SANITIZE_ADDRESS__)  // instrumented loads make any timing meaningless
   EXPECT_LT(hash_s, 4 * read_s + 0.005);
+#endif
 }
 
 }  // namespace
