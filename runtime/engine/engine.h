@@ -70,7 +70,7 @@ struct DeviceMemoryStats {
   /// Device memory allocated for them: weight_bytes plus the alignment padding between packed
   /// small tensors.
   uint64_t weight_allocated_bytes = 0;
-  /// Distinct weight tensors resident.
+  /// Distinct weight regions resident: a tensor, or a tensor together with its views.
   uint64_t weight_tensors = 0;
   /// The sum over live engines of the weight bytes each uses: what the engines would hold without
   /// sharing. weight_requested_bytes - weight_bytes is what sharing saves.

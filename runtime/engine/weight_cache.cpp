@@ -92,11 +92,49 @@ Cache& cache() {
 
 uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
-struct Need {
+// The unit of caching: the bytes of one weight tensor or, when tensors of a blob overlap (views
+// the builder stored at their base's offset), of the union of their extents, so views keep pointing
+// into their base's memory.
+struct Use {
   size_t tensor_id;
-  Key key;
-  const char* host;  // the tensor's bytes in graph.weights
+  uint64_t delta;  // the tensor's offset from the start of its region
 };
+
+struct Region {
+  Key key;
+  const char* host;  // the region's bytes in graph.weights
+  std::vector<Use> uses;
+};
+
+// Groups the non-empty kWeight tensors of `graph` into regions of overlapping extents.
+std::vector<Region> weight_regions(const Graph& graph, int device) {
+  std::vector<size_t> ids;
+  for (size_t i = 0; i < graph.tensors.size(); ++i) {
+    const Tensor& t = graph.tensors[i];
+    if (t.storage == blob::Storage::kWeight && t.nbytes > 0) ids.push_back(i);
+  }
+  std::sort(ids.begin(), ids.end(), [&](size_t a, size_t b) {
+    return graph.tensors[a].offset < graph.tensors[b].offset;
+  });
+  const char* weights = reinterpret_cast<const char*>(graph.weights);
+  std::vector<Region> regions;
+  uint64_t start = 0, end = 0;
+  for (size_t id : ids) {
+    const Tensor& t = graph.tensors[id];  // read_blob checked offset + nbytes <= weights_size
+    if (regions.empty() || t.offset >= end) {
+      start = t.offset;
+      end = t.offset + t.nbytes;
+      regions.push_back({Key{device, {}, 0}, weights + start, {}});
+    }
+    end = std::max(end, t.offset + t.nbytes);
+    regions.back().key.nbytes = end - start;
+    regions.back().uses.push_back({id, t.offset - start});
+  }
+  // Hashing is the one step that scales with the weight bytes; callers run this before taking
+  // the cache's lock, so engines created on several threads hash in parallel.
+  for (Region& r : regions) r.key.hash = content_hash(r.host, r.key.nbytes);
+  return regions;
+}
 
 Error upload(void* dst, const void* src, uint64_t nbytes, int device) {
   return cuda_status(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), Error::Internal,
@@ -123,23 +161,9 @@ EngineWeights::~EngineWeights() { g_weight_requested_bytes -= requested_bytes_; 
 Result<EngineWeights> acquire_weights(const Graph& graph, int device) {
   EngineWeights out;
   out.pointers_.assign(graph.tensors.size(), nullptr);
+  const std::vector<Region> needs = weight_regions(graph, device);
   uint64_t requested = 0;
-  std::vector<Need> needs;
-  std::vector<size_t> empty;  // zero-byte weight tensors
-  const char* weights = reinterpret_cast<const char*>(graph.weights);
-  // Hash before taking the lock: it is the one step that scales with the weight bytes and needs
-  // no shared state, so engines created on several threads hash in parallel.
-  for (size_t i = 0; i < graph.tensors.size(); ++i) {
-    const Tensor& t = graph.tensors[i];
-    if (t.storage != blob::Storage::kWeight) continue;
-    requested += t.nbytes;
-    if (t.nbytes == 0) {
-      empty.push_back(i);
-      continue;
-    }
-    const char* host = weights + t.offset;  // read_blob checked offset + nbytes <= weights_size
-    needs.push_back({i, Key{device, content_hash(host, t.nbytes), t.nbytes}, host});
-  }
+  for (const Region& r : needs) requested += r.key.nbytes;
 
   Cache& c = cache();
   // Held through the uploads: two engines that need the same new tensor at once must not both
@@ -151,30 +175,33 @@ Result<EngineWeights> acquire_weights(const Graph& graph, int device) {
   }
 
   // Resolve hits; collect one miss per distinct key (a blob may repeat a tensor's bytes).
-  std::unordered_map<Key, std::vector<size_t>, KeyHash> misses;  // key -> tensor ids
-  std::vector<const Need*> miss_order;
+  std::unordered_map<Key, std::vector<const Region*>, KeyHash> misses;
+  std::vector<const Region*> miss_order;
   size_t hits = 0;
-  for (const Need& n : needs) {
+  auto point = [&out](const Region& r, void* base) {
+    for (const Use& u : r.uses) out.pointers_[u.tensor_id] = static_cast<char*>(base) + u.delta;
+  };
+  for (const Region& n : needs) {
     auto found = c.entries.find(n.key);
     std::shared_ptr<void> resident = found == c.entries.end() ? nullptr : found->second.lock();
     if (resident != nullptr) {
-      out.pointers_[n.tensor_id] = resident.get();
+      point(n, resident.get());
       out.holds_.push_back(std::move(resident));
       ++hits;
       continue;
     }
-    auto& ids = misses[n.key];
-    if (ids.empty()) miss_order.push_back(&n);
-    ids.push_back(n.tensor_id);
+    auto& same = misses[n.key];
+    if (same.empty()) miss_order.push_back(&n);
+    same.push_back(&n);
   }
 
   // Place the misses: small ones at aligned offsets in one pack, large ones alone.
-  std::vector<const Need*> packed;
+  std::vector<const Region*> packed;
   std::vector<uint64_t> pack_offsets;
   uint64_t pack_size = 0;
   uint64_t pack_tensor_bytes = 0;
-  std::vector<std::pair<const Need*, std::shared_ptr<void>>> uploaded;
-  for (const Need* n : miss_order) {
+  std::vector<std::pair<const Region*, std::shared_ptr<void>>> uploaded;
+  for (const Region* n : miss_order) {
     if (n->key.nbytes < kPackBelow) {
       pack_size = round_up(pack_size, kPackAlignment);
       pack_offsets.push_back(pack_size);
@@ -209,16 +236,18 @@ Result<EngineWeights> acquire_weights(const Graph& graph, int device) {
   // Everything is on the device: publish and hand out.
   for (auto& [n, ptr] : uploaded) {
     c.entries[n->key] = ptr;
-    for (size_t id : misses[n->key]) out.pointers_[id] = ptr.get();
+    for (const Region* r : misses[n->key]) point(*r, ptr.get());
     out.holds_.push_back(std::move(ptr));
   }
   // An empty tensor is never read; it gets an address inside the engine's weights, as before.
-  for (size_t id : empty) {
-    out.pointers_[id] = out.holds_.empty() ? nullptr : out.holds_.front().get();
+  for (size_t i = 0; i < graph.tensors.size(); ++i) {
+    if (graph.tensors[i].storage == blob::Storage::kWeight && graph.tensors[i].nbytes == 0) {
+      out.pointers_[i] = out.holds_.empty() ? nullptr : out.holds_.front().get();
+    }
   }
   out.requested_bytes_ = requested;
   g_weight_requested_bytes += requested;
-  ET_LOG(Debug, "Kiln engine: %zu weight tensors on device %d: %zu uploaded, %zu already resident",
+  ET_LOG(Debug, "Kiln engine: %zu weight regions on device %d: %zu uploaded, %zu already resident",
          needs.size(), device, needs.size() - hits, hits);
   return out;
 }

@@ -3,6 +3,8 @@
 // instead of uploaded again, so two methods (or two programs) holding the same Linear keep one
 // copy on the GPU. Engines own their weights through shared pointers: a tensor's memory is freed
 // when the last engine using it is destroyed. Safe to use from several threads at once.
+// Sharing is sound because weights are read-only: read_blob refuses a blob with an op that writes
+// a kWeight tensor. State an engine writes must never live in kWeight storage.
 #pragma once
 
 #include <executorch/runtime/core/result.h>

@@ -287,5 +287,48 @@ TEST_F(WeightCacheGpu, RepeatedBytesInOneBlobAreUploadedOnce) {
   }
 }
 
+TEST_F(WeightCacheGpu, ViewsOfAWeightPointIntoItsMemory) {
+  // W [K, N] and a view of its second half of rows [K/2, N] stored at W's offset + half: one
+  // region, uploaded once, the view reading W's bytes.
+  const Weights w = make_weights(7, 700);
+  BlobBuilder b;
+  const int64_t x = b.input(DType::kFloat32, {kM, kK / 2});
+  const int64_t whole = b.weight(DType::kFloat32, {kK, kN}, w.w1.data());
+  blob::TensorRecord view = b.tensors[whole];
+  view.sizes[0] = kK / 2;
+  view.nbytes /= 2;
+  view.offset += view.nbytes;
+  b.tensors.push_back(view);
+  const int64_t half = static_cast<int64_t>(b.tensors.size()) - 1;
+  const int64_t y = b.output(DType::kFloat32, {kM, kN});
+  BlobBuilder::Matmul m;
+  m.a = x, m.b = half, m.out = y, m.m = kM, m.n = kN, m.k = kK / 2;
+  b.matmul(m);
+  const std::vector<uint8_t> blob = b.build();
+  auto engine = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(engine.ok()) << g_log;
+  const DeviceMemoryStats s = device_memory_stats();
+  EXPECT_EQ(s.weight_tensors - before_.weight_tensors, 1u);
+  EXPECT_EQ(s.weight_bytes - before_.weight_bytes, kW1);
+  EXPECT_EQ(s.weight_requested_bytes - before_.weight_requested_bytes, kW1);
+
+  const std::vector<float> xs = random_floats(kM * kK / 2, 11, 1.0f);
+  std::vector<float> ys(kM * kN, std::nanf(""));
+  const Binding in{const_cast<float*>(xs.data()), xs.size() * 4, false};
+  const Binding out{ys.data(), ys.size() * 4, false};
+  ASSERT_EQ((*engine)->execute(Span<const Binding>(&in, 1), Span<const Binding>(&out, 1)),
+            Error::Ok)
+      << g_log;
+  for (int64_t i = 0; i < kM; ++i) {
+    for (int64_t j = 0; j < kN; j += 89) {
+      double s1 = 0;
+      for (int64_t k = 0; k < kK / 2; ++k) {
+        s1 += double(xs[i * kK / 2 + k]) * w.w1[(kK / 2 + k) * kN + j];
+      }
+      EXPECT_NEAR(ys[i * kN + j], s1, 1e-3 + 1e-3 * std::abs(s1)) << i << "," << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::engine
