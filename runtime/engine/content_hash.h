@@ -20,4 +20,7 @@ struct Hash128 {
 /// hashes differently from the buffer.
 Hash128 content_hash(const void* data, size_t nbytes);
 
+/// content_hash without the AVX2 path, for tests: both must agree on every input.
+Hash128 content_hash_portable(const void* data, size_t nbytes);
+
 }  // namespace kiln::engine

@@ -39,6 +39,13 @@ TEST(ContentHash, SameBytesSameHashAtAnyAlignment) {
   }
 }
 
+TEST(ContentHash, VectorPathMatchesThePortableOne) {
+  for (size_t n : {0u, 1u, 63u, 64u, 65u, 1023u, 1024u, 1025u, 4096u, 5000u, 70000u}) {
+    const auto data = pattern(n, static_cast<uint32_t>(n) + 5);
+    EXPECT_EQ(content_hash(data.data(), n), content_hash_portable(data.data(), n)) << n;
+  }
+}
+
 TEST(ContentHash, EveryBitFlipGivesANewHashInBothHalves) {
   // 2100 bytes: two full 1 KiB blocks, a full stripe and a partial one.
   auto data = pattern(2100, 2);
