@@ -16,7 +16,7 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-__all__ = ["library_path", "registered", "__version__", "built_against"]
+__all__ = ["library_path", "registered", "__version__", "built_against", "device_memory"]
 
 _PACKAGE = Path(__file__).resolve().parent
 _LIBRARY_NAME = "libkiln_executorch_backend.so"
@@ -93,6 +93,25 @@ def registered() -> bool:
 def built_against() -> str | None:
     """The executorch version the loaded backend library was compiled against."""
     return _library.kiln_executorch_built_against().decode() if _library else None
+
+
+_MEMORY_COUNTERS = ("weight_bytes", "weight_allocated_bytes", "weight_requested_bytes",
+                    "activation_bytes")
+
+
+def device_memory() -> dict | None:
+    """Device memory Kiln holds in this process, in bytes (see runtime/backend/version.h):
+    weight_bytes (each weight tensor once, however many methods or programs share it),
+    weight_allocated_bytes, weight_requested_bytes (what the delegates would hold without
+    sharing) and activation_bytes. None when the backend library is not loaded."""
+    if _library is None:
+        return None
+    counters = {}
+    for name in _MEMORY_COUNTERS:
+        fn = getattr(_library, f"kiln_executorch_{name}")
+        fn.restype = ctypes.c_uint64
+        counters[name] = int(fn())
+    return counters
 
 
 __version__ = "0.1.0"

@@ -3,6 +3,8 @@
 // CMake.
 #pragma once
 
+#include <stdint.h>
+
 #define KILN_EXPORT __attribute__((visibility("default")))
 
 extern "C" {
@@ -12,4 +14,21 @@ KILN_EXPORT int kiln_executorch_backend_registered();
 KILN_EXPORT const char* kiln_executorch_version();
 /// The executorch version the library was compiled against (EXECUTORCH_BUILD_VERSION).
 KILN_EXPORT const char* kiln_executorch_built_against();
+
+// Device memory Kiln holds in this process, summed over devices, in bytes; safe to call from any
+// thread, with or without a GPU. Weights go through a process-wide cache keyed by content: two
+// delegates (methods, programs) whose blobs carry the same weight tensor on the same device share
+// one copy, freed when the last engine using it is destroyed (its method or program unloaded).
+
+/// Weight tensors resident on the device, each distinct tensor counted once however many
+/// delegates use it.
+KILN_EXPORT uint64_t kiln_executorch_weight_bytes();
+/// Device memory allocated for those tensors: kiln_executorch_weight_bytes() plus the alignment
+/// padding between small tensors packed into one allocation.
+KILN_EXPORT uint64_t kiln_executorch_weight_allocated_bytes();
+/// The sum over live delegates of the weight bytes each uses: what they would hold without
+/// sharing.
+KILN_EXPORT uint64_t kiln_executorch_weight_requested_bytes();
+/// Activation memory of live delegates: arenas, input/output staging buffers, library workspaces.
+KILN_EXPORT uint64_t kiln_executorch_activation_bytes();
 }

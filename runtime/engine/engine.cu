@@ -30,6 +30,7 @@
 #ifdef KILN_ENGINE_FAULT_INJECTION
 #include "runtime/engine/fault_injection.h"
 #endif
+#include "runtime/engine/weight_cache.h"
 
 namespace kiln::engine {
 namespace {
@@ -111,7 +112,7 @@ std::string shape_text(const Tensor& t) {
 // Everything the engine holds on the device. Members are destroyed in reverse order: the graph
 // and the steps (library descriptors) before the handles, the handles before the memory.
 struct DeviceState {
-  DeviceBuffer weights;
+  EngineWeights weights;  // shared with other engines through the weight cache
   DeviceBuffer arena;
   DeviceBuffer workspace;
   std::vector<DeviceBuffer> input_staging;
@@ -146,6 +147,7 @@ class CudaEngine final : public Engine {
     }
     cudaStreamSynchronize(state_->stream.get());
     state_.reset();
+    count_activation_bytes(-static_cast<int64_t>(activation_bytes_));
   }
 
   Error init();
@@ -187,6 +189,7 @@ class CudaEngine final : public Engine {
   int max_blocks_ = 0;
   bool has_embedding_ = false;
   std::unique_ptr<DeviceState> state_;
+  uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
 
   std::vector<void*> tensor_ptrs_;    // device address of every tensor for the current run
   std::vector<void*> io_ptrs_;        // inputs then outputs, as bound for the current run
@@ -207,13 +210,7 @@ Error CudaEngine::init() {
   KILN_TRY(guard.status());
   auto s = std::make_unique<DeviceState>();
 
-  KILN_ASSIGN_OR_RETURN(s->weights, DeviceBuffer::allocate(graph_.weights_size, "the weights"));
-  if (graph_.weights_size > 0) {
-    KILN_TRY(cuda_status(
-        cudaMemcpy(s->weights.get(), graph_.weights, graph_.weights_size, cudaMemcpyHostToDevice),
-        Error::Internal, "Kiln engine: uploading %llu bytes of weights to device %d",
-        static_cast<unsigned long long>(graph_.weights_size), device_));
-  }
+  KILN_ASSIGN_OR_RETURN(s->weights, acquire_weights(graph_, device_));
   graph_.weights = nullptr;  // borrowed from the caller's blob, which may be freed after create()
   KILN_ASSIGN_OR_RETURN(s->arena,
                         DeviceBuffer::allocate(graph_.arena_size, "the activation arena"));
@@ -256,11 +253,12 @@ Error CudaEngine::init() {
   std::vector<uint32_t> alignment(graph_.tensors.size(), 16);
   for (size_t i = 0; i < graph_.tensors.size(); ++i) {
     const Tensor& t = graph_.tensors[i];
-    char* base = t.storage == blob::Storage::kArena    ? static_cast<char*>(s->arena.get())
-                 : t.storage == blob::Storage::kWeight ? static_cast<char*>(s->weights.get())
-                                                       : nullptr;
-    if (base != nullptr) {
-      tensor_ptrs_[i] = base + t.offset;
+    if (t.storage == blob::Storage::kArena && s->arena.get() != nullptr) {
+      tensor_ptrs_[i] = static_cast<char*>(s->arena.get()) + t.offset;
+    } else if (t.storage == blob::Storage::kWeight) {
+      tensor_ptrs_[i] = s->weights.pointer(i);
+    }
+    if (tensor_ptrs_[i] != nullptr) {
       alignment[i] = alignment_of(tensor_ptrs_[i]);
     }
   }
@@ -276,6 +274,10 @@ Error CudaEngine::init() {
   }
   KILN_ASSIGN_OR_RETURN(s->workspace, DeviceBuffer::allocate(workspace, "the library workspace"));
   max_blocks_ = multiprocessor_count(device_) * kBlocksPerSm;
+  activation_bytes_ = s->arena.size() + s->workspace.size() + s->error_flag.size();
+  for (const auto& b : s->input_staging) activation_bytes_ += b.size();
+  for (const auto& b : s->output_staging) activation_bytes_ += b.size();
+  count_activation_bytes(static_cast<int64_t>(activation_bytes_));
   state_ = std::move(s);
   return Error::Ok;
 }

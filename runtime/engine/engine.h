@@ -35,7 +35,8 @@ struct IoSpec {
 class Engine {
  public:
   /// Validates `blob` (every offset, extent, tensor id and operand count) and, if valid, selects
-  /// `device_index`, uploads the weights once, allocates the activation arena and creates the
+  /// `device_index`, makes the weights resident (through the process-wide weight cache: a tensor
+  /// whose bytes are already on that device for another engine is shared, not uploaded again), allocates the activation arena and creates the
   /// engine's stream and library handles. The blob is copied where needed: the caller may free it
   /// when this returns. On failure returns an Error and logs one line naming the cause:
   /// InvalidProgram for a malformed blob, DelegateInvalidCompatibility for another format
@@ -63,6 +64,26 @@ class Engine {
                                              executorch::runtime::Span<const Binding> outputs,
                                              CUstream_st* stream = nullptr) = 0;
 };
+
+/// Device memory held by the live engines of this process, over all devices, in bytes.
+struct DeviceMemoryStats {
+  /// Weight tensors resident on the device, each distinct tensor once however many engines (methods,
+  /// delegates, programs) share it.
+  uint64_t weight_bytes = 0;
+  /// Device memory allocated for them: weight_bytes plus the alignment padding between packed
+  /// small tensors.
+  uint64_t weight_allocated_bytes = 0;
+  /// Distinct weight regions resident: a tensor, or a tensor together with its views.
+  uint64_t weight_tensors = 0;
+  /// The sum over live engines of the weight bytes each uses: what the engines would hold without
+  /// sharing. weight_requested_bytes - weight_bytes is what sharing saves.
+  uint64_t weight_requested_bytes = 0;
+  /// Per-engine activation memory: arenas, input/output staging buffers, library workspaces.
+  uint64_t activation_bytes = 0;
+};
+
+/// A snapshot of the totals; cheap and safe to call from any thread at any time.
+DeviceMemoryStats device_memory_stats();
 
 /// Why there is no usable CUDA device here, or an empty string when there is one. Cheap after the
 /// first call (the answer is cached).
