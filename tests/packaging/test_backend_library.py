@@ -84,13 +84,15 @@ def test_backend_exports_only_its_c_api():
     lib = require(INSTALL / "lib" / LIBS[0], "run scripts/setup.sh")
     names = {l.split()[-1] for l in sh("nm", "-D", "--defined-only", lib).splitlines() if " T " in l}
     assert names == {"kiln_executorch_backend_registered", "kiln_executorch_version",
-                     "kiln_executorch_built_against"}, names
+                     "kiln_executorch_built_against", "kiln_executorch_set_stream",
+                     "kiln_executorch_current_stream"}, names
 
 
 def test_installed_layout_and_cmake_package():
     for rel in ["lib/libkiln_executorch_backend.so", "lib/libkiln_device_copy_kernels.so", "bin/kiln_runner",
                 "lib/cmake/kiln_executorch/kiln_executorch-config.cmake",
-                "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake"]:
+                "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake",
+                "include/kiln/executorch/stream.h"]:
         require(INSTALL / rel, "run scripts/setup.sh")
     for f in (INSTALL / "lib" / "cmake" / "kiln_executorch").iterdir():
         text = f.read_text()
