@@ -72,3 +72,29 @@ def test_executorch_config_pairs_with_the_partitioner():
     assert not config.memory_planning_pass.alloc_graph_output
     default = KilnPartitioner.executorch_config()
     assert not default.propagate_device_config.skip_h2d_for_method_inputs
+
+
+def test_gpu_e2e_export_writes_what_the_check_reads(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    r = subprocess.run([sys.executable, repo / "tests" / "gpu_e2e" / "export_device_resident.py",
+                        "--out", tmp_path], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(repo / "python")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    resident, default = tmp_path / "device_resident.pte", tmp_path / "default.pte"
+    io = read_method_io(resident)["forward"]
+    assert io.copies == [] and set(io.inputs + io.outputs) == {"cuda:0"}
+    assert sorted(read_method_io(default)["forward"].copies) == ["et_copy::_d2h_copy",
+                                                                 "et_copy::_h2d_copy"]
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["inputs"] == [[64, 256], [64, 256]] and meta["outputs"] == [[64, 256], [64, 512]]
+    for i, shape in enumerate(meta["inputs"]):
+        assert (tmp_path / f"input_{i}.bin").stat().st_size == 4 * shape[0] * shape[1]
+    for i, shape in enumerate(meta["outputs"]):
+        assert (tmp_path / f"expected_output_{i}.bin").stat().st_size == 4 * shape[0] * shape[1]
+    assert resident.stat().st_size < 4 << 20 and default.stat().st_size < 4 << 20
