@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -33,8 +34,11 @@ def build_app(install, work):
                          "from the installed package)")
     prefix = f"{install};{install.parent / 'executorch' / 'lib' / 'cmake' / 'executorch'}"
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    # Without a CUDA toolkit on the machine, the app takes the CUDA runtime of PyTorch's wheels.
+    cuda_runtime = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13"
     cfg = run([cmake, "-S", REPO / "examples" / "device_resident", "-B", work, *gen,
-               "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={prefix}"])
+               "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_PREFIX_PATH={prefix}",
+               f"-DKILN_CUDA_RUNTIME_ROOT={cuda_runtime}"])
     if cfg.returncode == 0:
         cfg = run([cmake, "--build", work])
     if cfg.returncode != 0:
