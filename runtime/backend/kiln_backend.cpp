@@ -170,7 +170,8 @@ et::Error KilnBackend::execute(et::BackendExecutionContext&, et::DelegateHandle*
     if (e != et::Error::Ok) return e;
   }
   // The caller's stream for this thread (kiln/executorch/stream.h), else the engine's own.
-  return h.engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out}, kiln_executorch_current_stream());
+  return h.engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out},
+                           kiln_executorch_current_stream());
 }
 
 void KilnBackend::destroy(et::DelegateHandle* raw) const {
