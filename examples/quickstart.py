@@ -38,9 +38,11 @@ def main() -> int:
     x = torch.ones(4, 64)
     pte = kiln.export(model, (x,), args.out / "small_mlp.pte", precision=args.precision)
     delegates = [d for d in kiln.read_delegates(pte) if d.backend_id == "KilnBackend"]
-    outside = sorted({op for ops in kiln.read_operators(pte).values() for op in ops})
+    operators = {op for ops in kiln.read_operators(pte).values() for op in ops}
+    copies = sorted(op for op in operators if op.startswith("et_copy::"))
+    outside = sorted(operators - set(copies))
     print(f"exported {pte}: {len(delegates)} KilnBackend partition(s), operators left on the CPU: "
-          f"{outside or 'none'}")
+          f"{outside or 'none'}; host/device copies: {copies or 'none'}")
 
     with torch.no_grad():
         y = model(x)

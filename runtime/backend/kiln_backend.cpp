@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/executorch/stream.h"
 #include "runtime/engine/engine.h"
 
 namespace kiln {
@@ -171,7 +172,9 @@ et::Error KilnBackend::execute(et::BackendExecutionContext&, et::DelegateHandle*
     et::Error e = bind(args[n_in + i], h.engine->output(i), "output", i, /*resize=*/true, h.outputs[i]);
     if (e != et::Error::Ok) return e;
   }
-  return h.engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out});
+  // The caller's stream for this thread (kiln/executorch/stream.h), else the engine's own.
+  return h.engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out},
+                           kiln_executorch_current_stream());
 }
 
 void KilnBackend::destroy(et::DelegateHandle* raw) const {

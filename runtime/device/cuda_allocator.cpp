@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kiln/executorch/stream.h"
+
 #include <mutex>
 #include <unordered_map>
 
@@ -29,7 +31,20 @@ cudaError_t on_device(et::etensor::DeviceIndex index, Fn fn) {
 // Synchronous copy on device `index`, with one log line naming the direction when it fails.
 et::Error copy(void* dst, const void* src, size_t nbytes, et::etensor::DeviceIndex index,
                cudaMemcpyKind kind) {
-  cudaError_t err = on_device(index, [&] { return cudaMemcpy(dst, src, nbytes, kind); });
+  cudaError_t err = on_device(index, [&] {
+    // With a caller stream set (kiln/executorch/stream.h) the copy takes its place in that
+    // stream's order, after the Kiln work that produced or before the work that reads the data.
+    // Without one, Kiln has finished its own stream; a host-to-device cudaMemcpy from pageable
+    // memory may return before its DMA lands, and Kiln's non-blocking streams would not wait for
+    // it, so finish it here.
+    if (cudaStream_t stream = kiln_executorch_current_stream()) {
+      cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, kind, stream);
+      return e != cudaSuccess ? e : cudaStreamSynchronize(stream);
+    }
+    cudaError_t e = cudaMemcpy(dst, src, nbytes, kind);
+    return e != cudaSuccess || kind != cudaMemcpyHostToDevice ? e
+                                                              : cudaStreamSynchronize(cudaStreamLegacy);
+  });
   if (err != cudaSuccess) {
     cudaGetLastError();
     ET_LOG(Error, "Kiln CUDA allocator: %s copy of %zu bytes on cuda:%d failed: %s",

@@ -18,7 +18,8 @@ class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
                                               executorch::runtime::etensor::DeviceIndex index,
                                               size_t alignment) override;
   void deallocate(void* ptr, executorch::runtime::etensor::DeviceIndex index) override;
-  /// Synchronous copies (the caller reads or reuses the host memory right after).
+  /// Synchronous copies (the caller reads or reuses the host memory right after), on the calling
+  /// thread's Kiln stream when one is set (kiln/executorch/stream.h).
   executorch::runtime::Error copy_host_to_device(void* dst, const void* src, size_t nbytes,
                                                  executorch::runtime::etensor::DeviceIndex index) override;
   executorch::runtime::Error copy_device_to_host(void* dst, const void* src, size_t nbytes,

@@ -438,7 +438,8 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
   KILN_TRY(cuda_status(cudaEventRecord(s.done.get(), stream), Error::Internal,
                        "Kiln engine: cannot record the end of the run"));
   last_stream_ = stream;
-  if (host_output || has_embedding_) {
+  // On its own stream the engine always finishes the run: the caller cannot wait on that stream.
+  if (host_output || has_embedding_ || stream == s.stream.get()) {
     KILN_TRY(cuda_status(cudaStreamSynchronize(stream), Error::Internal,
                          "Kiln engine: the run failed on device %d", device_));
     if (has_embedding_) {

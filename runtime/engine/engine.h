@@ -54,8 +54,10 @@ class Engine {
 
   /// Runs the engine. Host inputs are copied to the device and host outputs back on the engine's
   /// stream; device bindings are used in place. Sizes are checked against input()/output().
-  /// Returns after the work is enqueued on `stream` (the engine's own stream when null) and,
-  /// when any output binding is host memory, after that stream has finished. Kernel failures
+  /// Returns after the work is enqueued on `stream` and, when any output binding is host memory
+  /// or the engine checks indices on the device (embedding), after that stream has finished.
+  /// With a null `stream` the engine runs on its own stream and always returns after it has
+  /// finished (kiln/executorch/stream.h states this contract for callers). Kernel failures
   /// surface as Error::Internal with a log line naming the op; the engine stays usable.
   /// Threading: one engine runs one execute() at a time (its arena, staging buffers and CUDA
   /// graph serve every run), so calls on one engine must not overlap; different engines share no

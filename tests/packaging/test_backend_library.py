@@ -87,13 +87,15 @@ def test_backend_exports_only_its_c_api():
                      "kiln_executorch_built_against", "kiln_executorch_weight_bytes",
                      "kiln_executorch_weight_allocated_bytes",
                      "kiln_executorch_weight_requested_bytes",
-                     "kiln_executorch_activation_bytes"}, names
+                     "kiln_executorch_activation_bytes", "kiln_executorch_set_stream",
+                     "kiln_executorch_current_stream"}, names
 
 
 def test_installed_layout_and_cmake_package():
     for rel in ["lib/libkiln_executorch_backend.so", "lib/libkiln_device_copy_kernels.so", "bin/kiln_runner",
                 "lib/cmake/kiln_executorch/kiln_executorch-config.cmake",
-                "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake"]:
+                "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake",
+                "include/kiln/executorch/stream.h"]:
         require(INSTALL / rel, "run scripts/setup.sh")
     for f in (INSTALL / "lib" / "cmake" / "kiln_executorch").iterdir():
         text = f.read_text()

@@ -1,7 +1,8 @@
 """Ahead-of-time side of Kiln: the partitioner, the KilnBackend preprocess and one-call export."""
 
-from .export import export, lower, read_delegates, read_operators
+from .export import MethodIO, export, lower, read_delegates, read_method_io, read_operators
 from .lowering import KilnBackend
 from .partitioner import KilnPartitioner
 
-__all__ = ["KilnBackend", "KilnPartitioner", "export", "lower", "read_delegates", "read_operators"]
+__all__ = ["KilnBackend", "KilnPartitioner", "MethodIO", "export", "lower", "read_delegates",
+           "read_method_io", "read_operators"]

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from executorch.exir._serialize._program import deserialize_pte_binary
-from executorch.exir.schema import DataLocation
+from executorch.exir.schema import DataLocation, DeviceType, Tensor
 
 from .partitioner import KilnPartitioner
 
@@ -15,9 +15,11 @@ from .partitioner import KilnPartitioner
 NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default]
 
 
-def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None):
-    """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision)]).
-    Returns ExecuTorch's EdgeProgramManager (the step before to_executorch).
+def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,
+          device_resident=False):
+    """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision,
+    device_resident)]). Returns ExecuTorch's EdgeProgramManager (the step before to_executorch;
+    a device-resident one needs KilnPartitioner.executorch_config(device_resident=True) there).
 
     The module is exported as it is: call .eval() first for inference (batch norm in training mode
     stays on the CPU). For a program with several methods pass dicts keyed by method name for
@@ -37,16 +39,23 @@ def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile
         else:
             programs = torch.export.export(module, tuple(example_inputs),
                                            dynamic_shapes=dynamic_shapes)
-        return to_edge_transform_and_lower(programs, partitioner=[KilnPartitioner(precision)],
-                                           compile_config=compile_config)
+        return to_edge_transform_and_lower(
+            programs, partitioner=[KilnPartitioner(precision, device_resident)],
+            compile_config=compile_config)
 
 
 def export(module, example_inputs, path, precision="fp32", dynamic_shapes=None,
-           compile_config=None):
-    """lower(...) -> to_executorch() -> the .pte at `path`. Returns `path`."""
-    edge = lower(module, example_inputs, precision, dynamic_shapes, compile_config)
+           compile_config=None, device_resident=False):
+    """lower(...) -> to_executorch() -> the .pte at `path`. Returns `path`.
+
+    device_resident=True: every method input and output is a CUDA tensor the caller owns (pass
+    device pointers, get device pointers back) and no et_copy operator remains; the default puts
+    et_copy::_h2d_copy / _d2h_copy around each Kiln delegate and takes host tensors."""
+    edge = lower(module, example_inputs, precision, dynamic_shapes, compile_config,
+                 device_resident)
     with torch.no_grad():
-        Path(path).write_bytes(edge.to_executorch().buffer)
+        config = KilnPartitioner.executorch_config(device_resident=device_resident)
+        Path(path).write_bytes(edge.to_executorch(config).buffer)
     return path
 
 
@@ -81,3 +90,34 @@ def read_operators(pte_path):
     return {plan.name: [f"{o.name}.{o.overload}" if o.overload else o.name
                         for o in plan.operators]
             for plan in _program(pte_path).execution_plan}
+
+
+COPY_OPERATORS = ("et_copy::_h2d_copy", "et_copy::_d2h_copy")
+
+
+@dataclass
+class MethodIO:
+    copies: list     # the et_copy operators the method still runs, e.g. ["et_copy::_h2d_copy"]
+    inputs: list     # per method input: "cpu", "cuda:0", ... (None for a non-tensor value)
+    outputs: list    # per method output, likewise
+
+
+def _device(value):
+    if not isinstance(value, Tensor):
+        return None
+    info = value.extra_tensor_info
+    if info is None or info.device_type == DeviceType.CPU:
+        return "cpu"
+    return f"{info.device_type.name.lower()}:{info.device_index}"
+
+
+def read_method_io(pte_path):
+    """{method: MethodIO}: where each method's inputs and outputs live, from the tensor metadata
+    the saved .pte carries, and which et_copy operators remain."""
+    found = {}
+    for plan in _program(pte_path).execution_plan:
+        copies = [o.name for o in plan.operators if o.name in COPY_OPERATORS]
+        found[plan.name] = MethodIO(copies=copies,
+                                    inputs=[_device(plan.values[i].val) for i in plan.inputs],
+                                    outputs=[_device(plan.values[i].val) for i in plan.outputs])
+    return found

@@ -43,6 +43,8 @@ dim_order_ops = torch.ops.dim_order_ops
 PRECISIONS = {"fp32": Precision.FP32, "tf32": Precision.TF32, "fp16": Precision.FP16,
               "bf16": Precision.BF16}
 PRECISION_SPEC = "precision"
+# ExecuTorch's key for the device a delegate's data lives on (exir PropagateDevicePass).
+TARGET_DEVICE_SPEC = "target_device"
 
 
 class KilnLoweringError(RuntimeError):

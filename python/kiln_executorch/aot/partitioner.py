@@ -17,7 +17,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .lowering import PRECISION_SPEC, PRECISIONS, KilnBackend
+from .lowering import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
 from .supported_ops import CONSTANT_ONLY, VIEWS, aten_op, check_node
 
 
@@ -73,22 +73,47 @@ class KilnPartitioner(Partitioner):
     precision: "fp32" (IEEE fp32 math), "tf32" (fp32 storage, TF32 tensor-core matmuls and
     convolutions), "fp16" or "bf16" (weights and activations stored in that dtype; the delegate's
     inputs and outputs keep the graph's dtypes).
-    device_resident: keep delegate inputs and outputs in device memory across calls (not yet
-    available).
+    device_resident: the method's inputs and outputs stay in CUDA memory: the caller passes
+    device pointers and gets device pointers back, with no et_copy operator in the program. A
+    partitioner cannot choose how ExecuTorch plans memory, so this pairs with
+    `edge.to_executorch(KilnPartitioner.executorch_config(device_resident=True))`
+    (kiln_executorch.aot.export(..., device_resident=True) does both). With it, partition() also
+    checks that every method input is read only by Kiln and every method output is made by Kiln,
+    and raises ValueError naming the tensor that would otherwise stay in host memory.
+
+    Every Kiln delegate declares its device (the "target_device" compile spec, "cuda:0"), so
+    ExecuTorch puts et_copy::_h2d_copy / _d2h_copy at the delegate's boundaries unless the program
+    is exported device-resident.
     """
 
     def __init__(self, precision="fp32", device_resident=False):
         if precision not in PRECISIONS:
             raise ValueError(f"KilnPartitioner precision={precision!r}; choose one of "
                              f"{', '.join(PRECISIONS)}")
-        if device_resident:
-            raise NotImplementedError(
-                "KilnPartitioner(device_resident=True) is not implemented yet: delegate inputs "
-                "and outputs are host memory, copied to and from the GPU on every call")
         super().__init__()
         self.precision = precision
+        self.device_resident = bool(device_resident)
         self.delegation_spec = DelegationSpec(
-            KilnBackend.__name__, [CompileSpec(PRECISION_SPEC, precision.encode())])
+            KilnBackend.__name__, [CompileSpec(PRECISION_SPEC, precision.encode()),
+                                   CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")])
+
+    @staticmethod
+    def executorch_config(device_resident=False, **kwargs):
+        """The ExecutorchBackendConfig for to_executorch(). device_resident=True: no copy for
+        method inputs and outputs, and no runtime buffer for them (the caller's device memory is
+        used in place). Other keyword arguments go to ExecutorchBackendConfig."""
+        from executorch.exir import ExecutorchBackendConfig
+        from executorch.exir.passes import MemoryPlanningPass
+        from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
+        if not device_resident:
+            return ExecutorchBackendConfig(**kwargs)
+        return ExecutorchBackendConfig(
+            propagate_device_config=PropagateDeviceConfig(skip_h2d_for_method_inputs=True,
+                                                          skip_d2h_for_method_outputs=True),
+            enable_non_cpu_memory_planning=True,
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False,
+                                                    alloc_graph_output=False),
+            **kwargs)
 
     def partition(self, exported_program):
         ctx = _Context(exported_program)
@@ -107,6 +132,8 @@ class KilnPartitioner(Partitioner):
         # one that several partitions read); mutated buffers are left out: they stay program
         # state and reach the delegate as inputs.
         tag_constant_data(exported_program)
+        if self.device_resident:
+            _check_device_resident(exported_program)
         return PartitionResult(tagged_exported_program=exported_program,
                                partition_tags=partition_tags)
 
@@ -124,3 +151,33 @@ class KilnPartitioner(Partitioner):
 def _does_work(node, ctx):
     return (node.op == "call_function" and node.target is not operator.getitem
             and not ctx.is_constant(node) and aten_op(node) not in VIEWS)
+
+
+def _check_device_resident(ep):
+    """A device-resident method hands every input to exactly one Kiln partition and takes every
+    output from one: any other use would keep that tensor in host memory (ExecuTorch then leaves
+    the copy in, or refuses an input with several readers)."""
+    sig = ep.graph_signature
+    user_inputs, user_outputs = set(sig.user_inputs), set(sig.user_outputs)
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and node.name in user_inputs:
+            tags = {u.meta.get("delegation_tag") for u in node.users}
+            if len(tags) != 1 or None in tags:
+                readers = ", ".join(
+                    "the method's outputs" if u.op == "output" else
+                    f"{u.name} ({'Kiln' if u.meta.get('delegation_tag') else 'CPU'})"
+                    for u in node.users)
+                raise ValueError(
+                    f"device_resident=True: method input {node.name!r} is read by {readers}; a "
+                    "device-resident input must be read by one Kiln partition only (leave "
+                    "device_resident off, or move the CPU work out of the model)")
+        elif node.op == "output":
+            for out in node.args[0]:
+                if not isinstance(out, torch.fx.Node) or out.name not in user_outputs:
+                    continue
+                src = out.args[0] if out.target is operator.getitem else out
+                if not (isinstance(src, torch.fx.Node) and src.meta.get("delegation_tag")):
+                    raise ValueError(
+                        f"device_resident=True: method output {out.name!r} is not computed by "
+                        "Kiln (it is an input, a constant or a CPU operator's result), so it "
+                        "would be host memory; leave device_resident off for this model")

@@ -27,7 +27,8 @@ from kiln_executorch.aot.reference import run_program  # noqa: E402
 
 FIXTURES = models.all_fixtures()
 
-# name: (Kiln partitions, operators left to ExecuTorch's kernels)
+# name: (Kiln partitions, operators left to ExecuTorch's kernels besides the et_copy operators
+# every delegate boundary gets)
 EXPECTED = {
     "mlp": (1, []),
     "cnn_small": (1, []),
@@ -72,8 +73,11 @@ def export_and_check(name, precision, tmp_path):
     partitions, outside = EXPECTED[name]
     delegates = [d for d in read_delegates(pte) if d.method == method]
     assert [d.backend_id for d in delegates] == ["KilnBackend"] * partitions
-    assert all(d.compile_specs == {"precision": precision.encode()} for d in delegates)
-    assert read_operators(pte)[method] == outside
+    assert all(d.compile_specs == {"precision": precision.encode(), "target_device": b"cuda:0"}
+               for d in delegates)
+    operators = read_operators(pte)[method]
+    assert [op for op in operators if not op.startswith("et_copy::")] == outside
+    assert {"et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"} <= set(operators)
     lowered = [m.processed_bytes for _, m in program.graph_module.named_children()
                if hasattr(m, "processed_bytes")]
     assert lowered == [d.data for d in delegates]
@@ -116,7 +120,7 @@ def test_export_writes_the_file(tmp_path):
     assert export(f.module, f.inputs, path, precision="bf16") == path
     (delegate,) = read_delegates(path)
     assert delegate.backend_id == "KilnBackend" and delegate.method == "forward"
-    assert delegate.compile_specs == {"precision": b"bf16"}
+    assert delegate.compile_specs == {"precision": b"bf16", "target_device": b"cuda:0"}
 
 
 def test_dynamic_mlp_stays_on_cpu(tmp_path):

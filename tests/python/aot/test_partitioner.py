@@ -16,8 +16,9 @@ def test_backend_id_is_the_preprocess_class_name():
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16"])
 def test_precision_travels_in_the_compile_specs(precision):
-    (spec,) = KilnPartitioner(precision).delegation_spec.compile_specs
-    assert (spec.key, spec.value) == ("precision", precision.encode())
+    specs = KilnPartitioner(precision).delegation_spec.compile_specs
+    assert [(s.key, s.value) for s in specs] == [("precision", precision.encode()),
+                                                 ("target_device", b"cuda:0")]
 
 
 def test_bad_precision_names_the_choices():
@@ -25,9 +26,9 @@ def test_bad_precision_names_the_choices():
         KilnPartitioner("int8")
 
 
-def test_device_resident_is_not_available_yet():
-    with pytest.raises(NotImplementedError, match="device_resident=True"):
-        KilnPartitioner(device_resident=True)
+def test_device_resident_is_a_partitioner_option():
+    assert KilnPartitioner(device_resident=True).device_resident
+    assert not KilnPartitioner().device_resident
 
 
 class Mixed(torch.nn.Module):

@@ -1,0 +1,102 @@
+"""The public header <kiln/executorch/stream.h> is installed, compiles in consumers (a C++ app
+that only includes it, a C translation unit, and examples/device_resident through the CMake
+package), and its functions come from the installed backend library: per-thread, restored by the
+guard. None of this needs a GPU."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, REPO, require, run
+
+INSTALL = BUILD / "install" / "kiln_executorch"
+SITE = Path(list(importlib.util.find_spec("executorch").submodule_search_locations)[0]).parent
+CMAKE = Path(shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or "cmake")
+NINJA = REPO / ".venv" / "bin" / "ninja"
+
+CONSUMER = r"""
+#include <kiln/executorch/stream.h>
+#include <cstdio>
+#include <thread>
+int main() {
+  CUstream_st* a = reinterpret_cast<CUstream_st*>(0x10);
+  CUstream_st* b = reinterpret_cast<CUstream_st*>(0x20);
+  if (kiln_executorch_current_stream() != nullptr) return 1;
+  {
+    kiln::ScopedStream outer(a);
+    {
+      kiln::ScopedStream inner(b);
+      if (kiln_executorch_current_stream() != b) return 2;
+    }
+    if (kiln_executorch_current_stream() != a) return 3;
+    CUstream_st* seen = a;
+    std::thread([&] { seen = kiln_executorch_current_stream(); }).join();
+    if (seen != nullptr) return 4;
+  }
+  if (kiln_executorch_current_stream() != nullptr) return 5;
+  std::puts("stream api ok");
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The installed tree in the wheel's layout: kiln_executorch beside executorch (and the
+    nvidia-* libraries), so the library's RUNPATH resolves."""
+    require(INSTALL / "include" / "kiln" / "executorch" / "stream.h",
+            "cmake --install build --prefix build/install/kiln_executorch (scripts/setup.sh does it)")
+    root = tmp_path_factory.mktemp("site")
+    shutil.copytree(INSTALL, root / "kiln_executorch", symlinks=True)
+    for name in ("executorch", "nvidia"):
+        if (SITE / name).exists():
+            (root / name).symlink_to(SITE / name)
+    return root
+
+
+def test_header_is_installed_and_needs_no_cuda_headers():
+    text = require(INSTALL / "include" / "kiln" / "executorch" / "stream.h", "cmake --install").read_text()
+    assert "#include" not in text
+    prose = " ".join(line.lstrip("/ ").strip() for line in text.splitlines())
+    for phrase in ("returns as soon as the work is enqueued", "cudaStreamSynchronize(stream)",
+                   "returns after the stream has finished", "thread_local"):
+        assert phrase in prose, phrase
+
+
+def test_cpp_consumer_uses_the_api(site, tmp_path):
+    src = tmp_path / "main.cpp"
+    src.write_text(CONSUMER)
+    lib = site / "kiln_executorch" / "lib" / "libkiln_executorch_backend.so"
+    exe = tmp_path / "consumer"
+    b = run(["g++", "-std=c++17", "-Wall", "-Werror", f"-I{site / 'kiln_executorch' / 'include'}",
+             src, "-o", exe, f"-Wl,--push-state,--no-as-needed,{lib},--pop-state",
+             f"-Wl,-rpath,{lib.parent}", "-pthread"])
+    assert b.returncode == 0, b.stderr
+    r = run([exe])
+    assert r.returncode == 0 and "stream api ok" in r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
+def test_header_compiles_as_c(site, tmp_path):
+    src = tmp_path / "main.c"
+    src.write_text("#include <kiln/executorch/stream.h>\n"
+                   "int main(void) { return kiln_executorch_current_stream() != 0; }\n")
+    b = run(["gcc", "-std=c11", "-Wall", "-Werror", "-c", f"-I{site / 'kiln_executorch' / 'include'}",
+             src, "-o", tmp_path / "main.o"])
+    assert b.returncode == 0, b.stderr
+
+
+def test_device_resident_example_builds_from_the_package(site, tmp_path):
+    prefix = f"{site / 'kiln_executorch'};{site / 'executorch' / 'lib' / 'cmake' / 'executorch'}"
+    cfg = run([CMAKE, "-S", REPO / "examples" / "device_resident", "-B", tmp_path, "-G", "Ninja",
+               f"-DCMAKE_MAKE_PROGRAM={NINJA}", f"-DCMAKE_PREFIX_PATH={prefix}"])
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    b = run([CMAKE, "--build", tmp_path])
+    assert b.returncode == 0, b.stdout + b.stderr
+    needed = subprocess.run(["readelf", "-d", tmp_path / "device_resident"], capture_output=True,
+                            text=True).stdout
+    assert "[libkiln_executorch_backend.so]" in needed, needed
