@@ -66,17 +66,21 @@ def xnnpack_linear_only():
     return xnnpack([LinearConfig, AddmmConfig])
 
 
+# A Kiln delegate call as the saved method runs it: ExecuTorch copies its inputs to the GPU and its
+# outputs back with the et_copy kernels around the call (Kiln delegates declare device cuda:0).
+KILN = [f"{CPU}:et_copy::_h2d_copy.out", "KilnBackend", f"{CPU}:et_copy::_d2h_copy.out"]
+
 # name -> module, partitioners (in order), and the sequence the saved method must execute:
 # backend ids for delegate calls, "cpu:<operator>" for kernel calls.
 PROGRAMS = {
     "coalesced": dict(
         module=Coalesced, partitioners=lambda p: [kiln(p), xnnpack()],
-        sequence=["KilnBackend", f"{CPU}:aten::erfinv.out", "KilnBackend"],
+        sequence=[*KILN, f"{CPU}:aten::erfinv.out", *KILN],
         why="erfinv: neither Kiln nor XNNPACK supports it, so ExecuTorch's CPU kernel runs it "
             "between two Kiln partitions (tanh, cos)"),
     "mixed": dict(
         module=Mixed, partitioners=lambda p: [xnnpack_linear_only(), kiln(p)],
-        sequence=["KilnBackend", "XnnpackBackend", "KilnBackend"],
+        sequence=[*KILN, "XnnpackBackend", KILN[0], *KILN],  # the second Kiln call reads 2 inputs
         why="XNNPACK owns the linear between Kiln's tanh and Kiln's cos + add: tensors cross "
             "Kiln -> XNNPACK and XNNPACK -> Kiln"),
     "xnnpack_only": dict(

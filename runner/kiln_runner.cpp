@@ -374,6 +374,11 @@ class PlannedMemory {
              "kiln::executorch_backend (or preload libkiln_executorch_backend.so)");
       }
       auto p = alloc->allocate(nbytes, device->index());
+      if (!p.ok() && p.error() == et::Error::NotFound) {
+        fail("allocating " + std::to_string(nbytes) + " bytes of device memory failed: NotFound "
+             "(0x20): no usable CUDA device (the line above says why); this program keeps Kiln "
+             "delegate tensors in GPU memory and needs an NVIDIA GPU");
+      }
       if (!p.ok()) fail("allocating " + std::to_string(nbytes) + " bytes of device memory", p.error());
       device_.push_back({alloc, p.get(), device->index()});
       // Zero the arena as for host memory: mutable buffers read it before anything writes it.

@@ -73,6 +73,14 @@ et::Result<void*> CudaDeviceAllocator::allocate(size_t nbytes, et::etensor::Devi
   cudaError_t err = on_device(index, [&] { return cudaMalloc(&p, nbytes == 0 ? 1 : nbytes); });
   if (err != cudaSuccess) {
     cudaGetLastError();
+    // No device at all is the common case on a machine without a GPU: say what the program needs.
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
+        err == cudaErrorInvalidDevice || err == cudaErrorCompatNotSupportedOnDevice) {
+      ET_LOG(Error, "Kiln CUDA allocator: no usable CUDA device cuda:%d (%s). The program keeps Kiln "
+             "delegate tensors in GPU memory: it needs an NVIDIA GPU (compute capability 9.0 or "
+             "newer) and a CUDA 13 driver", static_cast<int>(index), cudaGetErrorString(err));
+      return et::Error::NotFound;
+    }
     ET_LOG(Error, "Kiln CUDA allocator: cudaMalloc(%zu bytes) on cuda:%d failed: %s", nbytes,
            static_cast<int>(index), cudaGetErrorString(err));
     return err == cudaErrorMemoryAllocation ? et::Error::MemoryAllocationFailed : et::Error::Internal;

@@ -50,7 +50,9 @@ def test_programs_carry_their_kiln_delegates(exported, name, delegates, outside)
     assert [d.backend_id for d in found] == ["KilnBackend"] * delegates, found
     assert {d.method for d in found} == {"forward"}
     assert all(d.data[:4] for d in found), "every delegate carries a blob"
-    assert sorted(set(op for ops in read_operators(pte).values() for op in ops)) == outside
+    # ExecuTorch's device copies around each Kiln call (et_copy::*) are not work left outside.
+    assert sorted(set(op for ops in read_operators(pte).values() for op in ops
+                      if not op.startswith("et_copy::"))) == outside
 
 
 def test_case_files_are_where_the_cpp_test_looks(exported):
