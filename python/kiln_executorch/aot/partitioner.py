@@ -18,6 +18,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .lowering import PRECISION_SPEC, PRECISIONS, KilnBackend
+from .dynamic import is_sym_node, node_symbols, variant_count
 from .supported_ops import CONSTANT_ONLY, VIEWS, aten_op, check_node
 
 
@@ -31,6 +32,7 @@ class _Context:
     """What the checks may ask about the whole program: which values are known ahead of time."""
 
     def __init__(self, ep):
+        self.range_constraints = getattr(ep, "range_constraints", None) or {}
         sig = ep.graph_signature
         mutated = set(sig.buffers_to_mutate.values())
         constant_inputs = {s.arg.name for s in sig.input_specs
@@ -99,6 +101,11 @@ class KilnPartitioner(Partitioner):
         for partition in proposed:
             if not any(_does_work(n, ctx) for n in partition.nodes):
                 continue
+            # Each node's symbols fit under the cap; their union over a partition may not.
+            symbols = set().union(*(node_symbols(n) for n in partition.nodes))
+            if variant_count(symbols, ctx.range_constraints)[0] is None or \
+                    _size_crosses_boundary(partition.nodes):
+                continue
             tag = f"kiln_{len(partition_tags)}"
             partition_tags[tag] = self.delegation_spec
             for node in partition.nodes:
@@ -121,6 +128,19 @@ class KilnPartitioner(Partitioner):
                 if n.op == "call_function" and n.target is not operator.getitem]
 
 
+def _size_crosses_boundary(nodes):
+    """Whether a size (a SymInt-valued node) would enter or leave the delegate: a delegate passes
+    tensors only, so such a partition stays with ExecuTorch."""
+    members = set(nodes)
+    for node in members:
+        if is_sym_node(node) and any(u not in members for u in node.users):
+            return True
+        if any(is_sym_node(a) and a not in members for a in node.all_input_nodes):
+            return True
+    return False
+
+
 def _does_work(node, ctx):
     return (node.op == "call_function" and node.target is not operator.getitem
-            and not ctx.is_constant(node) and aten_op(node) not in VIEWS)
+            and not ctx.is_constant(node) and aten_op(node) not in VIEWS
+            and not is_sym_node(node))
