@@ -60,7 +60,7 @@ def symbol_range(symbol, range_constraints):
         return f"symbolic size {symbol} has no range constraint"
     try:
         low, high = int(vr.lower), int(vr.upper)
-    except (TypeError, OverflowError):
+    except (TypeError, OverflowError, ValueError, AttributeError):  # an infinite bound
         return (f"symbolic size {symbol} has no finite upper bound ({vr}): give the dynamic Dim a "
                 f"max so Kiln can build one plan per size")
     if high > 2 ** 31 or high - low + 1 > MAX_VARIANTS:

@@ -18,6 +18,10 @@ delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 
 header); binding of outputs to the runtime's output memory; liveness-based best-fit planning of
 the arena (256-byte aligned).
 
+A partition with bounded dynamic sizes is lowered by all of the above once per assignment of its
+symbols (dynamic.py) and written as a variant set (blob_writer.write_variant_set); a static one
+is a plain blob.
+
 Delegate inputs are the partition's user-input placeholders in graph-signature order, which is the
 order ExecuTorch passes them to the delegate (executorch_call_delegate's args); parameters,
 buffers and lifted constants tagged into the partition become weights. Outputs follow the

@@ -4,6 +4,10 @@ Each node is judged by supported_ops.check_node; CapabilityBasedPartitioner grou
 ones into convex partitions, and every partition is tagged for KilnBackend with the precision in
 its compile specs. A partition that would only compute constants or only re-view tensors is left
 to ExecuTorch: delegating it would add a call without taking work off the CPU.
+
+Bounded dynamic sizes are claimed (Kiln builds one plan per size, see dynamic.py) when the
+partition's symbols need at most MAX_VARIANTS plans and no size (a SymInt) would cross the
+partition's boundary: a delegate takes and returns tensors only.
 """
 
 import operator
