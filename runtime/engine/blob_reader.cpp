@@ -85,6 +85,8 @@ class BlobReader {
     return engine::fail(why_, code, "%s", detail.c_str());
   }
 
+  bool external_weights() const { return (header_.flags & blob::kFlagExternalWeights) != 0; }
+
   Error check_header() {
     if (data_ == nullptr) {
       return fail(Error::InvalidProgram, "not a Kiln engine blob: the data pointer is null");
@@ -433,8 +435,6 @@ class BlobReader {
 
   const uint8_t* data_;
   size_t size_;
-  bool external_weights() const { return (header_.flags & blob::kFlagExternalWeights) != 0; }
-
   std::string* why_;
   const WeightsView* external_;
   blob::Header header_{};
