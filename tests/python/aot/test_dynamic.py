@@ -134,3 +134,35 @@ def test_unbounded_dim_stays_on_cpu():
 def test_static_partition_is_still_a_plain_blob():
     _, (blob,) = lowered(Mlp(), (torch.randn(4, 32),), None)
     assert not is_variant_set(blob) and blob[:8] == bf.MAGIC
+
+
+def test_two_symbols_give_every_combination():
+    class Fn(nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x) @ y.transpose(0, 1)
+
+    module = Fn()
+    dims = ({0: Dim("m", min=1, max=6)}, {0: Dim("n", min=1, max=6)})
+    program, (blob,) = lowered(module, (torch.randn(4, 6), torch.randn(5, 6)), dims)
+    assert len(read_variant_set(blob)[0]) == 36
+    for m, n in ((1, 6), (3, 2), (6, 6)):
+        x, y = torch.randn(m, 6), torch.randn(n, 6)
+        (actual,) = run_program(program, [x, y])
+        assert (actual - module(x, y)).abs().max().item() <= 1e-5
+
+
+def test_a_size_crossing_a_partition_boundary_stays_on_cpu():
+    """sym_size(x) feeds views on both sides of erfinv (which stays on the CPU): a delegate cannot
+    take or return a SymInt, so both partitions are declined and the program still runs."""
+    class Fn(nn.Module):
+        def forward(self, x):
+            b = x.shape[0]
+            z = torch.erfinv(torch.tanh(x.reshape(b, -1)) * 0.5)
+            return (torch.cos(z).reshape(b, 2, -1) * 2).sum(-1)
+
+    module = Fn()
+    program, blobs = lowered(module, (torch.randn(4, 2, 6),), ({0: Dim("b", min=1, max=8)},))
+    assert blobs == []
+    x = torch.randn(3, 2, 6)
+    (actual,) = run_program(program, [x])
+    assert (actual - module(x)).abs().max().item() <= 1e-5
