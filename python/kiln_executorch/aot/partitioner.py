@@ -139,7 +139,8 @@ def _size_crosses_boundary(nodes):
     for node in members:
         if is_sym_node(node) and any(u not in members for u in node.users):
             return True
-        if any(is_sym_node(a) and a not in members for a in node.all_input_nodes):
+        if any(isinstance(a.meta.get("val"), torch.SymInt) and a not in members
+               for a in node.all_input_nodes):
             return True
     return False
 
