@@ -59,7 +59,7 @@ incs=(-I"$root" -isystem "$et/include" -isystem "$et/include/executorch/runtime/
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
        -Wno-unused-parameter)
 reader=(runtime/engine/blob_reader.cpp runtime/engine/fail.cpp runtime/engine/graph.cpp
-        runtime/engine/op_decoder.cpp)
+        runtime/engine/op_decoder.cpp runtime/engine/variant_set_reader.cpp)
 target=tests/fuzz/blob_reader_fuzzer.cpp
 bin="$out/blob_reader_fuzzer"
 stamp=$({ "$cxx" --version; echo "${defs[*]} ${incs[*]} ${flags[*]} $et";

@@ -13,6 +13,7 @@
 
 #include "kiln/executorch/stream.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/variant_set_reader.h"
 
 namespace kiln {
 namespace {
@@ -22,9 +23,16 @@ using executorch::aten::Tensor;
 
 // What init() placement-constructs in the method's runtime allocator.
 struct Handle {
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Engine> engine;  // a plain blob's engine; null for a variant set
   std::vector<engine::Binding> inputs;   // reused every execute: no allocation on the hot path
   std::vector<engine::Binding> outputs;
+  // A variant set (bounded dynamic shapes): one engine per shape-specialised plan, created on
+  // first use from the owned copy of the container (ExecuTorch may free the program's copy).
+  std::vector<uint8_t> container;
+  engine::VariantSet set;                 // borrows `container`
+  std::vector<std::unique_ptr<engine::Engine>> engines;  // per variant, null until first used
+  std::vector<engine::Shape> shapes;      // the actual input shapes of the current execute
+  int device = 0;
 };
 
 const char* tag_name(et::Tag t) {
@@ -112,6 +120,83 @@ int device_index_from(et::ArrayRef<et::CompileSpec> specs) {
   return 0;
 }
 
+std::string describe(const std::vector<engine::Shape>& shapes) {
+  std::string out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    out += (i ? ", " : "") + shape_string(shapes[i].sizes, shapes[i].rank);
+  }
+  return out;
+}
+
+// The engine of the variant that serves the actual input shapes, created on first use. A shape no
+// variant serves is InvalidArgument; the handle stays usable for the next call.
+et::Result<engine::Engine*> select_variant(Handle& h, et::Span<et::EValue*> args) {
+  const size_t n_in = h.shapes.size();
+  bool representable = true;
+  for (size_t i = 0; i < n_in; ++i) {
+    if (args[i] == nullptr || !args[i]->isTensor()) {
+      ET_LOG(Error, "KilnBackend: input %zu is %s; a Kiln engine takes tensors", i,
+             args[i] ? tag_name(args[i]->tag) : "missing");
+      return et::Error::InvalidArgument;
+    }
+    const Tensor& t = args[i]->toTensor();
+    engine::Shape& s = h.shapes[i];
+    s = engine::Shape{};
+    if (static_cast<size_t>(t.dim()) > engine::blob::kMaxRank) {
+      representable = false;
+      continue;
+    }
+    s.rank = static_cast<uint32_t>(t.dim());
+    for (uint32_t d = 0; d < s.rank; ++d) s.sizes[d] = t.size(d);
+  }
+  const int v = representable ? engine::find_variant(h.set, h.shapes) : -1;
+  if (v < 0) {
+    ET_LOG(Error,
+           "KilnBackend: input shapes %s are served by no shape-specialised plan of this "
+           "delegate; it was exported for %s. Pass sizes within the bounds given to "
+           "torch.export's dynamic_shapes, or re-export with wider bounds",
+           describe(h.shapes).c_str(), engine::describe_shapes(h.set).c_str());
+    return et::Error::InvalidArgument;
+  }
+  if (!h.engines[v]) {
+    const engine::Variant& variant = h.set.variants[v];
+    auto created = engine::Engine::create(variant.blob, variant.blob_size, h.device, &h.set.weights);
+    if (!created.ok()) {
+      ET_LOG(Error, "KilnBackend: cannot create the engine for input shapes %s",
+             describe(h.shapes).c_str());
+      return created.error();
+    }
+    h.engines[v] = std::move(created.get());
+  }
+  return h.engines[v].get();
+}
+
+// init() for a variant set: validates every variant on the CPU and creates the engine of the
+// largest plan (by activation arena) now, so a missing device or too little memory surfaces at
+// init rather than at the first large input.
+et::Error init_variant_set(Handle& h, et::FreeableBuffer* processed, int device) {
+  const auto* bytes = static_cast<const uint8_t*>(processed->data());
+  h.container.assign(bytes, bytes + processed->size());
+  processed->Free();
+  auto set = engine::read_variant_set(h.container.data(), h.container.size());
+  if (!set.ok()) return set.error();
+  h.set = std::move(set.get());
+  h.device = device;
+  h.engines.resize(h.set.variants.size());
+  h.shapes.resize(h.set.variants[0].inputs.size());
+  size_t largest = 0;
+  for (size_t v = 1; v < h.set.variants.size(); ++v) {
+    if (h.set.variants[v].arena_size > h.set.variants[largest].arena_size) largest = v;
+  }
+  const engine::Variant& variant = h.set.variants[largest];
+  auto created = engine::Engine::create(variant.blob, variant.blob_size, device, &h.set.weights);
+  if (!created.ok()) return created.error();
+  h.engines[largest] = std::move(created.get());
+  h.inputs.resize(h.engines[largest]->num_inputs());
+  h.outputs.resize(h.engines[largest]->num_outputs());
+  return et::Error::Ok;
+}
+
 }  // namespace
 
 bool KilnBackend::is_available() const {
@@ -134,6 +219,21 @@ et::Result<et::DelegateHandle*> KilnBackend::init(et::BackendInitContext& contex
     ET_LOG(Error, "KilnBackend: the program carries no engine blob for this delegate");
     return et::Error::InvalidProgram;
   }
+  if (engine::is_variant_set(processed->data(), processed->size())) {
+    Handle* handle = context.get_runtime_allocator()->allocateInstance<Handle>();
+    if (handle == nullptr) {
+      processed->Free();
+      ET_LOG(Error, "KilnBackend: the method's runtime allocator is out of memory");
+      return et::Error::MemoryAllocationFailed;
+    }
+    new (handle) Handle{};
+    et::Error e = init_variant_set(*handle, processed, device_index_from(compile_specs));
+    if (e != et::Error::Ok) {
+      handle->~Handle();
+      return e;
+    }
+    return handle;
+  }
   auto engine = engine::Engine::create(processed->data(), processed->size(),
                                        device_index_from(compile_specs));
   processed->Free();  // the engine holds what it needs on the device
@@ -144,7 +244,8 @@ et::Result<et::DelegateHandle*> KilnBackend::init(et::BackendInitContext& contex
     ET_LOG(Error, "KilnBackend: the method's runtime allocator is out of memory");
     return et::Error::MemoryAllocationFailed;
   }
-  new (handle) Handle{std::move(engine.get()), {}, {}};
+  new (handle) Handle{};
+  handle->engine = std::move(engine.get());
   handle->inputs.resize(handle->engine->num_inputs());
   handle->outputs.resize(handle->engine->num_outputs());
   return handle;
@@ -164,17 +265,23 @@ et::Error KilnBackend::execute(et::BackendExecutionContext&, et::DelegateHandle*
            args.size(), n_in, n_out);
     return et::Error::InvalidArgument;
   }
+  engine::Engine* engine = h.engine.get();
+  if (engine == nullptr) {
+    auto selected = select_variant(h, args);
+    if (!selected.ok()) return selected.error();
+    engine = selected.get();
+  }
   for (size_t i = 0; i < n_in; ++i) {
-    et::Error e = bind(args[i], h.engine->input(i), "input", i, /*resize=*/false, h.inputs[i]);
+    et::Error e = bind(args[i], engine->input(i), "input", i, /*resize=*/false, h.inputs[i]);
     if (e != et::Error::Ok) return e;
   }
   for (size_t i = 0; i < n_out; ++i) {
-    et::Error e = bind(args[n_in + i], h.engine->output(i), "output", i, /*resize=*/true, h.outputs[i]);
+    et::Error e = bind(args[n_in + i], engine->output(i), "output", i, /*resize=*/true, h.outputs[i]);
     if (e != et::Error::Ok) return e;
   }
   // The caller's stream for this thread (kiln/executorch/stream.h), else the engine's own.
-  return h.engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out},
-                           kiln_executorch_current_stream());
+  return engine->execute({h.inputs.data(), n_in}, {h.outputs.data(), n_out},
+                         kiln_executorch_current_stream());
 }
 
 void KilnBackend::destroy(et::DelegateHandle* raw) const {

@@ -34,6 +34,10 @@ inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr uint32_t kHeaderSize = 128;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kWeightAlignment = 64;
+/// Header::flags bit 0: the weights are external (weights_size is 0; kWeight tensors address the
+/// shared weights section of the variant set holding the blob, see variant_set.h). No other bit
+/// is defined; a reader rejects any other bit set.
+inline constexpr uint32_t kFlagExternalWeights = 1;
 
 struct Header {
   char magic[8];             // kMagic
@@ -53,7 +57,7 @@ struct Header {
   uint64_t weights_size;
   uint64_t arena_size;       // bytes of device memory for kArena tensors
   uint32_t precision;        // Precision the builder compiled for (informational; dtypes are explicit)
-  uint32_t flags;            // reserved, 0
+  uint32_t flags;            // kFlag* bits; 0 unless the weights are external
   uint8_t reserved[16];      // 0
 };
 static_assert(sizeof(Header) == kHeaderSize, "Header layout");

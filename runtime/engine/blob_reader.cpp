@@ -52,8 +52,8 @@ std::string extent_text(uint64_t offset, uint64_t length) {
 
 class BlobReader {
  public:
-  BlobReader(const uint8_t* data, size_t size, std::string* why)
-      : data_(data), size_(size), why_(why) {}
+  BlobReader(const uint8_t* data, size_t size, std::string* why, const WeightsView* external)
+      : data_(data), size_(size), why_(why), external_(external) {}
 
   Result<Graph> read() {
     Error err = check_header();
@@ -66,8 +66,13 @@ class BlobReader {
     }
     graph_.arena_size = header_.arena_size;
     graph_.precision = static_cast<blob::Precision>(header_.precision);
-    graph_.weights = header_.weights_size > 0 ? data_ + header_.weights_offset : nullptr;
-    graph_.weights_size = header_.weights_size;
+    if (external_weights()) {
+      graph_.weights = external_->size > 0 ? external_->data : nullptr;
+      graph_.weights_size = external_->size;
+    } else {
+      graph_.weights = header_.weights_size > 0 ? data_ + header_.weights_offset : nullptr;
+      graph_.weights_size = header_.weights_size;
+    }
     return std::move(graph_);
   }
 
@@ -79,6 +84,8 @@ class BlobReader {
     va_end(args);
     return engine::fail(why_, code, "%s", detail.c_str());
   }
+
+  bool external_weights() const { return (header_.flags & blob::kFlagExternalWeights) != 0; }
 
   Error check_header() {
     if (data_ == nullptr) {
@@ -120,10 +127,24 @@ class BlobReader {
                   "or padded blob)",
                   ull(h.blob_size), size_);
     }
-    if (h.flags != 0) {
+    if ((h.flags & ~blob::kFlagExternalWeights) != 0) {
       return fail(Error::InvalidProgram,
-                  "Kiln blob: flags is 0x%x, but format version %u defines no flags (must be 0)",
+                  "Kiln blob: flags is 0x%x, but format version %u defines only bit 0 (external "
+                  "weights)",
                   h.flags, blob::kFormatVersion);
+    }
+    if (external_weights()) {
+      if (h.weights_size != 0) {
+        return fail(Error::InvalidProgram,
+                    "Kiln blob: the external-weights flag is set but weights_size is %llu (must "
+                    "be 0)",
+                    ull(h.weights_size));
+      }
+      if (external_ == nullptr || (external_->data == nullptr && external_->size != 0)) {
+        return fail(Error::InvalidProgram,
+                    "Kiln blob: its weights are external (flags bit 0) but none were given; such "
+                    "a blob is only valid inside the variant set that holds its weights");
+      }
     }
     for (size_t i = 0; i < sizeof(h.reserved); ++i) {
       if (h.reserved[i] != 0) {
@@ -276,12 +297,13 @@ class BlobReader {
   Error check_storage(uint32_t i, blob::Storage storage, uint64_t offset, uint64_t nbytes) {
     const blob::Header& h = header_;
     switch (storage) {
-      case blob::Storage::kWeight:
-        if (!extent_inside(offset, nbytes, h.weights_size)) {
+      case blob::Storage::kWeight: {
+        const uint64_t limit = external_weights() ? external_->size : h.weights_size;
+        if (!extent_inside(offset, nbytes, limit)) {
           return fail(Error::InvalidProgram,
-                      "Kiln blob: tensor %u extent %s is past the weights section (weights_size "
-                      "%llu bytes)",
-                      i, extent_text(offset, nbytes).c_str(), ull(h.weights_size));
+                      "Kiln blob: tensor %u extent %s is past the %sweights section (%llu bytes)",
+                      i, extent_text(offset, nbytes).c_str(),
+                      external_weights() ? "external " : "", ull(limit));
         }
         if (offset % blob::kWeightAlignment != 0) {
           return fail(Error::InvalidProgram,
@@ -289,6 +311,7 @@ class BlobReader {
                       ull(offset), blob::kWeightAlignment);
         }
         return Error::Ok;
+      }
       case blob::Storage::kArena:
         if (!extent_inside(offset, nbytes, h.arena_size)) {
           return fail(Error::InvalidProgram,
@@ -413,14 +436,16 @@ class BlobReader {
   const uint8_t* data_;
   size_t size_;
   std::string* why_;
+  const WeightsView* external_;
   blob::Header header_{};
   Graph graph_;
 };
 
 }  // namespace
 
-Result<Graph> read_blob(const void* data, size_t size, std::string* why) {
-  return BlobReader(static_cast<const uint8_t*>(data), size, why).read();
+Result<Graph> read_blob(const void* data, size_t size, std::string* why,
+                        const WeightsView* external_weights) {
+  return BlobReader(static_cast<const uint8_t*>(data), size, why, external_weights).read();
 }
 
 }  // namespace kiln::engine

@@ -599,8 +599,10 @@ Error CudaEngine::embedding_error() const {
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index) {
-  auto graph = read_blob(blob, nbytes);
+Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index,
+                                               const WeightsView* external_weights) {
+  // The Graph's weights/weights_size point at whichever bytes apply; init() uploads them.
+  auto graph = read_blob(blob, nbytes, nullptr, external_weights);
   if (!graph.ok()) {
     return graph.error();
   }

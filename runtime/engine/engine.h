@@ -17,6 +17,8 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers here
 
 namespace kiln::engine {
 
+struct WeightsView;  // blob_reader.h
+
 /// One delegate argument as the runtime hands it over.
 struct Binding {
   void* data = nullptr;       // host or device pointer; borrowed for the duration of execute()
@@ -42,9 +44,13 @@ class Engine {
   /// InvalidProgram for a malformed blob, DelegateInvalidCompatibility for another format
   /// version, NotFound when there is no usable CUDA device, MemoryAllocationFailed when the device
   /// is out of memory. Nothing is leaked on any failure path.
-  static executorch::runtime::Result<std::unique_ptr<Engine>> create(const void* blob,
-                                                                     size_t nbytes,
-                                                                     int device_index = 0);
+  ///
+  /// A blob whose weights are external (blob::kFlagExternalWeights, a variant of a variant set)
+  /// needs `external_weights`: the set's shared weights section, validated against and uploaded
+  /// like a blob's own; the caller may free it when this returns too.
+  static executorch::runtime::Result<std::unique_ptr<Engine>> create(
+      const void* blob, size_t nbytes, int device_index = 0,
+      const WeightsView* external_weights = nullptr);
   virtual ~Engine() = default;
 
   virtual size_t num_inputs() const = 0;

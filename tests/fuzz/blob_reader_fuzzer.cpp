@@ -1,5 +1,6 @@
 // libFuzzer target for the CPU side of KilnBackend::init: everything Engine::create does before
-// its first CUDA call (read_blob: header, sections, tensor records, io table, every op's operands)
+// its first CUDA call (read_blob: header, sections, tensor records, io table, every op's operands;
+// for a variant set, read_variant_set and every variant blob in it)
 // plus the host-side step planning the executor does on the decoded graph (strided.h: collapse and
 // widen of copy / binary / where loops), which is plain C++ even though it runs after the device
 // buffers exist.
@@ -21,8 +22,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/engine/blob_reader.h"
-#include "tests/fuzz/graph_contract.h"
+#include "tests/fuzz/read_any.h"
 
 namespace {
 
@@ -66,21 +66,18 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // libFuzzer hands over an exact-size heap copy of the input, so ASan reports any read past
   // [data, data + size).
-  std::string why;
-  auto graph = kiln::engine::read_blob(data, size, &why);
-  if (!graph.ok()) {
-    const Error e = graph.error();
-    if (e != Error::InvalidProgram && e != Error::DelegateInvalidCompatibility) {
-      finding("unexpected error code", std::to_string(static_cast<int>(e)) + " " + why);
+  const kiln::engine::fuzz::ReadResult r = kiln::engine::fuzz::read_any(data, size);
+  if (r.error != Error::Ok) {
+    if (r.error != Error::InvalidProgram && r.error != Error::DelegateInvalidCompatibility) {
+      finding("unexpected error code", std::to_string(static_cast<int>(r.error)) + " " + r.why);
     }
-    if (why.empty()) {
-      finding("an error without a message", std::to_string(static_cast<int>(e)));
+    if (r.why.empty()) {
+      finding("an error without a message", std::to_string(static_cast<int>(r.error)));
     }
     return 0;
   }
-  const std::string broken = kiln::engine::fuzz::check_graph_contract(graph.get(), data, size);
-  if (!broken.empty()) {
-    finding("read_blob accepted a blob whose graph breaks its contract", broken);
+  if (!r.broken.empty()) {
+    finding("the reader accepted an input whose graph breaks its contract", r.broken);
   }
   return 0;
 }

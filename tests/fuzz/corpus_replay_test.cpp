@@ -17,6 +17,7 @@
 
 #include "runtime/engine/blob_reader.h"
 #include "tests/fuzz/graph_contract.h"
+#include "tests/fuzz/read_any.h"
 
 #ifndef KILN_FUZZ_SOURCE_DIR
 #error "KILN_FUZZ_SOURCE_DIR must name tests/fuzz in the source tree"
@@ -71,21 +72,18 @@ struct Outcome {
 Outcome replay(const std::vector<uint8_t>& bytes) {
   Outcome o;
   std::vector<uint8_t> exact(bytes);
-  std::string why;
-  auto graph = kiln::engine::read_blob(exact.empty() ? nullptr : exact.data(), exact.size(), &why);
-  if (graph.ok()) {
+  const kiln::engine::fuzz::ReadResult r =
+      kiln::engine::fuzz::read_any(exact.empty() ? nullptr : exact.data(), exact.size());
+  if (r.error == Error::Ok) {
     o.accepted = true;
     o.text = "accepted";
-    const std::string broken =
-        kiln::engine::fuzz::check_graph_contract(graph.get(), exact.data(), exact.size());
-    if (!broken.empty()) o.failure = "accepted, but the graph breaks its contract: " + broken;
+    if (!r.broken.empty()) o.failure = "accepted, but the graph breaks its contract: " + r.broken;
     return o;
   }
-  o.text = std::string(executorch::runtime::to_string(graph.error())) + ": " + why;
-  if (graph.error() != Error::InvalidProgram &&
-      graph.error() != Error::DelegateInvalidCompatibility) {
+  o.text = std::string(executorch::runtime::to_string(r.error)) + ": " + r.why;
+  if (r.error != Error::InvalidProgram && r.error != Error::DelegateInvalidCompatibility) {
     o.failure = "unexpected error code: " + o.text;
-  } else if (why.empty()) {
+  } else if (r.why.empty()) {
     o.failure = "an error without a message: " + o.text;
   }
   return o;

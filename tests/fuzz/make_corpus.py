@@ -9,6 +9,8 @@ Candidates:
   Coalesced (tanh -> erfinv on the CPU -> cos) gives two delegates of one program;
 - an op-mix module that reaches the opcodes and kinds the fixtures do not (where, comparisons,
   reductions, average pooling with ceil mode, cat/slice/permute copies, integer math, clamp, ...);
+- a variant set (a bounded dynamic batch: several plans, one shared weights section) and a
+  truncated one;
 - handmade blobs written with the AOT blob writer: one small valid graph per opcode and a few
   edge cases (empty graph, zero-element tensors, views of an argument, a bias-less matmul) plus
   malformed ones (magic only, another format version, a truncated header, a blob_size that lies,
@@ -133,6 +135,17 @@ def exported_blobs(tmp: Path) -> dict[str, bytes]:
             for d in delegates:
                 found[f"{name}-{precision}-{d.index}"] = d.data
     return found
+
+
+def dynamic_blobs(tmp: Path) -> dict[str, bytes]:
+    """A variant set (the shrunk MLP with batch 1..3: three plans sharing one weights section) and
+    the same set cut short."""
+    module, inputs = shrunk_mlp()
+    batch = torch.export.Dim("batch", min=1, max=3)
+    pte = export(module, (inputs[0][:2],), tmp / "dynamic_mlp.pte", dynamic_shapes=({0: batch},))
+    (d,) = read_delegates(pte)
+    return {"dynamic_mlp-fp32-0": d.data,
+            "handmade-malformed_variant_set_truncated": d.data[:len(d.data) // 2]}
 
 
 # --- Handmade blobs ---------------------------------------------------------------------------
@@ -295,7 +308,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         valid = handmade_valid()
-        candidates = {**exported_blobs(tmp), **{f"handmade-{k}": v for k, v in valid.items()}}
+        candidates = {**exported_blobs(tmp), **dynamic_blobs(tmp),
+                      **{f"handmade-{k}": v for k, v in valid.items()}}
         candidates.update({f"handmade-{k}": v for k, v in
                            handmade_malformed(valid["matmul_trans_b_bias_epilogue"]).items()})
         # Identical blobs (an fp32 and a bf16 export with no floating weights) are kept once.

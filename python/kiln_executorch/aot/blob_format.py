@@ -20,6 +20,7 @@ WEIGHT_ALIGNMENT = 64
 # (256 bytes: the widest vector access any kernel makes, and cuBLASLt's preferred alignment).
 SECTION_ALIGNMENT = 8
 ARENA_ALIGNMENT = 256
+FLAG_EXTERNAL_WEIGHTS = 1       # Header.flags bit 0: weights live in the variant set's section
 
 # The records, field by field as the header declares them (arrays are one struct item: bytes for
 # char/uint8_t arrays, MAX_RANK integers for sizes).
@@ -36,6 +37,26 @@ OPERAND = struct.Struct("<q")
 IO_ENTRY = struct.Struct("<I")
 
 assert HEADER.size == HEADER_SIZE and TENSOR_RECORD.size == 96 and OP_RECORD.size == 16
+
+# The variant set (runtime/engine/variant_set.h): N v1 blobs of one dynamic partition, each with the
+# delegate input shapes it serves, and optionally one weights section they share.
+VSET_MAGIC = b"KILNVSET"
+VSET_FORMAT_VERSION = 1
+VSET_HEADER_SIZE = 64
+MAX_VARIANTS = 64
+MAX_VSET_INPUTS = 1024
+VSET_BLOB_ALIGNMENT = 8
+VSET_HEADER_FIELDS = ("magic", "format_version", "header_size", "container_size", "num_variants",
+                      "num_inputs", "variants_offset", "shapes_offset", "weights_offset",
+                      "weights_size")
+VSET_HEADER = struct.Struct("<8sIIQIIQQQQ")
+VARIANT_RECORD_FIELDS = ("blob_offset", "blob_size")
+VARIANT_RECORD = struct.Struct("<QQ")
+INPUT_SHAPE_FIELDS = ("rank", "reserved", "sizes")
+INPUT_SHAPE = struct.Struct(f"<II{MAX_RANK}q")
+
+assert VSET_HEADER.size == VSET_HEADER_SIZE and VARIANT_RECORD.size == 16
+assert INPUT_SHAPE.size == 72
 
 
 class DType(IntEnum):

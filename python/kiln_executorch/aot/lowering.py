@@ -18,6 +18,10 @@ delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 
 header); binding of outputs to the runtime's output memory; liveness-based best-fit planning of
 the arena (256-byte aligned).
 
+A partition with bounded dynamic sizes is lowered by all of the above once per assignment of its
+symbols (dynamic.py) and written as a variant set (blob_writer.write_variant_set); a static one
+is a plain blob.
+
 Delegate inputs are the partition's user-input placeholders in graph-signature order, which is the
 order ExecuTorch passes them to the delegate (executorch_call_delegate's args); parameters,
 buffers and lifted constants tagged into the partition become weights. Outputs follow the
@@ -33,7 +37,8 @@ from torch.export.graph_signature import InputKind
 
 from .blob_format import (ARENA_ALIGNMENT, BinaryKind, Epilogue, Opcode, PoolKind, Precision,
                           ReduceKind, Storage, UnaryKind, tensor_fields)
-from .blob_writer import write_blob
+from .blob_writer import write_blob, write_variant_set
+from .dynamic import assignments, program_symbols, specialise
 from .ir import Graph
 from .supported_ops import CONSTANT_ONLY, SHAPE_ONLY, SUPPORTED_OPS, arguments, aten_op, val
 
@@ -61,8 +66,26 @@ class KilnBackend(BackendDetails):
         name = specs.get(PRECISION_SPEC, b"fp32").decode()
         if name not in PRECISIONS:
             raise ValueError(f"compile spec precision={name!r}; expected one of {list(PRECISIONS)}")
+        if program_symbols(edge_program):
+            return PreprocessResult(processed_bytes=build_variant_set(edge_program,
+                                                                      PRECISIONS[name]))
         return PreprocessResult(processed_bytes=write_blob(build_graph(edge_program,
                                                                        PRECISIONS[name])))
+
+
+def build_variant_set(edge_program, precision=Precision.FP32) -> bytes:
+    """A partition with bounded dynamic sizes -> a variant set: the partition lowered (with every
+    pass) once per assignment of its symbols, each blob with the delegate input shapes it serves."""
+    symbols = program_symbols(edge_program)
+    ranges = getattr(edge_program, "range_constraints", None)
+    variants = []
+    for assignment in assignments(symbols, ranges):
+        g = build_graph(specialise(edge_program, assignment), precision)
+        shapes = [None] * len(g.inputs)
+        for tid in g.inputs:
+            shapes[g.tensors[tid].offset] = g.tensors[tid].shape
+        variants.append((write_blob(g), shapes))
+    return write_variant_set(variants)
 
 
 def build_graph(edge_program, precision=Precision.FP32) -> Graph:

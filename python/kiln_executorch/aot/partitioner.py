@@ -4,6 +4,10 @@ Each node is judged by supported_ops.check_node; CapabilityBasedPartitioner grou
 ones into convex partitions, and every partition is tagged for KilnBackend with the precision in
 its compile specs. A partition that would only compute constants or only re-view tensors is left
 to ExecuTorch: delegating it would add a call without taking work off the CPU.
+
+Bounded dynamic sizes are claimed (Kiln builds one plan per size, see dynamic.py) when the
+partition's symbols need at most MAX_VARIANTS plans and no size (a SymInt) would cross the
+partition's boundary: a delegate takes and returns tensors only.
 """
 
 import operator
@@ -18,6 +22,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .lowering import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
+from .dynamic import is_sym_node, node_symbols, variant_count
 from .supported_ops import CONSTANT_ONLY, VIEWS, aten_op, check_node
 
 
@@ -31,6 +36,7 @@ class _Context:
     """What the checks may ask about the whole program: which values are known ahead of time."""
 
     def __init__(self, ep):
+        self.range_constraints = getattr(ep, "range_constraints", None) or {}
         sig = ep.graph_signature
         mutated = set(sig.buffers_to_mutate.values())
         constant_inputs = {s.arg.name for s in sig.input_specs
@@ -124,6 +130,11 @@ class KilnPartitioner(Partitioner):
         for partition in proposed:
             if not any(_does_work(n, ctx) for n in partition.nodes):
                 continue
+            # Each node's symbols fit under the cap; their union over a partition may not.
+            symbols = set().union(*(node_symbols(n) for n in partition.nodes))
+            if variant_count(symbols, ctx.range_constraints)[0] is None or \
+                    _size_crosses_boundary(partition.nodes):
+                continue
             tag = f"kiln_{len(partition_tags)}"
             partition_tags[tag] = self.delegation_spec
             for node in partition.nodes:
@@ -148,9 +159,23 @@ class KilnPartitioner(Partitioner):
                 if n.op == "call_function" and n.target is not operator.getitem]
 
 
+def _size_crosses_boundary(nodes):
+    """Whether a size (a SymInt-valued node) would enter or leave the delegate: a delegate passes
+    tensors only, so such a partition stays with ExecuTorch."""
+    members = set(nodes)
+    for node in members:
+        if is_sym_node(node) and any(u not in members for u in node.users):
+            return True
+        if any(isinstance(a.meta.get("val"), torch.SymInt) and a not in members
+               for a in node.all_input_nodes):
+            return True
+    return False
+
+
 def _does_work(node, ctx):
     return (node.op == "call_function" and node.target is not operator.getitem
-            and not ctx.is_constant(node) and aten_op(node) not in VIEWS)
+            and not ctx.is_constant(node) and aten_op(node) not in VIEWS
+            and not is_sym_node(node))
 
 
 def _check_device_resident(ep):

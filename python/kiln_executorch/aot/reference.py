@@ -31,7 +31,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from .blob_format import (BinaryKind, Epilogue, PoolKind, ReduceKind, Storage, UnaryKind,
                           tensor_fields)
-from .blob_writer import read_blob
+from .blob_writer import is_variant_set, read_blob, read_variant_set
 
 _ARITHMETIC = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
                BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV, BinaryKind.REMAINDER}
@@ -43,7 +43,17 @@ class BlobExecutionError(RuntimeError):
 
 
 def run_blob(blob: bytes, inputs, compute_dtype=torch.float64):
-    """Runs `blob` on `inputs` (one tensor per delegate input, in order) and returns the outputs."""
+    """Runs `blob` on `inputs` (one tensor per delegate input, in order) and returns the outputs.
+    A variant set runs the variant whose input shapes equal the inputs' shapes (ValueError when
+    none does, as the engine answers InvalidArgument)."""
+    if is_variant_set(blob):
+        variants, weights = read_variant_set(blob)
+        actual = [tuple(x.shape) for x in inputs]
+        for variant, shapes in variants:
+            if [tuple(s) for s in shapes] == actual:
+                return _Machine(read_blob(variant, weights), inputs, compute_dtype).run()
+        raise ValueError(f"no variant serves input shapes {actual}; the variant set serves "
+                         f"{[s for _, s in variants]}")
     return _Machine(read_blob(blob), inputs, compute_dtype).run()
 
 

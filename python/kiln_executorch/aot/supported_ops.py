@@ -2,7 +2,8 @@
 
 `SUPPORTED_OPS` maps an ATen overload to a check: check(node, ctx) returns None when Kiln can run
 that node, or a sentence saying why not. `check_node` applies the conditions every node shares
-(static shapes, dtypes, contiguous dim order, rank) and then the operator's own. The partitioner
+(symbolic sizes bounded so that one plan per size fits under MAX_VARIANTS, dtypes, contiguous dim
+order, rank) and then the operator's own. The partitioner
 asks `check_node` about each node; the lowering (lowering.py) has one converter per entry here, and
 a test keeps the two key sets equal.
 
@@ -13,9 +14,8 @@ constants and what is computed from them only); constant nodes are evaluated by 
 import operator
 
 import torch
-from torch.fx.experimental.symbolic_shapes import free_symbols
-
 from .blob_format import DTYPES, MAX_RANK
+from .dynamic import is_sym_node, node_symbols, variant_count
 
 aten = torch.ops.aten
 
@@ -68,14 +68,17 @@ def _is_contiguous(t):
 
 # Conditions every node shares.
 
-def _common(node):
+def _common(node, ctx):
     outputs = _tensors(val(node))
     if not outputs:
         return "no tensor metadata on the node"
     inputs = [t for a in node.all_input_nodes for t in _tensors(val(a))]
+    symbols = node_symbols(node)
+    if symbols:
+        _, why = variant_count(symbols, getattr(ctx, "range_constraints", None))
+        if why:
+            return why
     for t in outputs + inputs:
-        if free_symbols(t.shape) or free_symbols(t.stride()):
-            return f"symbolic shape {list(t.shape)}: Kiln runs static shapes only"
         if t.dtype not in ALL_DTYPES:
             return f"dtype {t.dtype} is not one Kiln stores"
         if t.dim() > MAX_RANK:
@@ -92,10 +95,13 @@ def check_node(node, ctx):
         return False, f"{node.op} nodes are not operators"
     if node.target is operator.getitem:
         return check_node(node.args[0], ctx)[0], "follows the node it reads"
+    if is_sym_node(node):
+        _, why = variant_count(node_symbols(node), getattr(ctx, "range_constraints", None))
+        return (False, why) if why else (True, "computes a size of a shape-specialised plan")
     check = SUPPORTED_OPS.get(aten_op(node))
     if check is None:
         return False, unsupported_reason(node)
-    why = _common(node) or check(node, ctx)
+    why = _common(node, ctx) or check(node, ctx)
     return (False, why) if why else (True, "supported")
 
 

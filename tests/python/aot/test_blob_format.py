@@ -117,3 +117,40 @@ def test_operands_round_trip():
     assert bf.decode_operands(bf.Opcode.BINARY, slots) == operands
     with pytest.raises(ValueError, match="sizes has 1 entries, rank is 2"):
         bf.encode_operands(bf.Opcode.BINARY, {**operands, "sizes": [3]})
+
+
+# The variant set: runtime/engine/variant_set.h against the VSET_* mirror.
+VSET_HEADER = HEADER.parent / "variant_set.h"
+VSET_CODE = re.sub(r"//[^\n]*", "", VSET_HEADER.read_text())
+
+
+def vset_struct(name):
+    body = re.search(r"struct %s \{(.*?)\};" % name, VSET_CODE, re.S).group(1)
+    fields = re.findall(r"(\w+) (\w+)(?:\[([\w:]+)\])?;", body)
+    fmt = "<"
+    for ctype, _, count in fields:
+        n = {"blob::kMaxRank": bf.MAX_RANK}.get(count, count)
+        fmt += f"{n}s" if ctype == "char" else (f"{n}" if count else "") + C_TYPES[ctype]
+    return fmt, tuple(f for _, f, _ in fields)
+
+
+def test_variant_set_constants_match():
+    c = {name: int(value) for name, value in
+         re.findall(r"inline constexpr \w+ (k\w+) = (\d+);", VSET_CODE)}
+    assert c == {"kFormatVersion": bf.VSET_FORMAT_VERSION, "kHeaderSize": bf.VSET_HEADER_SIZE,
+                 "kMaxVariants": bf.MAX_VARIANTS, "kMaxInputs": bf.MAX_VSET_INPUTS,
+                 "kBlobAlignment": bf.VSET_BLOB_ALIGNMENT}
+    chars = re.search(r"kMagic\[8\] = \{(.*?)\};", VSET_CODE).group(1)
+    assert "".join(re.findall(r"'(.)'", chars)).encode() == bf.VSET_MAGIC
+    assert constants()["kFlagExternalWeights"] == bf.FLAG_EXTERNAL_WEIGHTS
+
+
+@pytest.mark.parametrize("name, fmt, fields", [
+    ("VariantSetHeader", bf.VSET_HEADER, bf.VSET_HEADER_FIELDS),
+    ("VariantRecord", bf.VARIANT_RECORD, bf.VARIANT_RECORD_FIELDS),
+    ("InputShape", bf.INPUT_SHAPE, bf.INPUT_SHAPE_FIELDS),
+])
+def test_variant_set_layouts_match(name, fmt, fields):
+    assert vset_struct(name) == (fmt.format, fields)
+    size = re.search(r"static_assert\(sizeof\(%s\) == (\w+)" % name, VSET_CODE).group(1)
+    assert size in (str(fmt.size), "kHeaderSize")

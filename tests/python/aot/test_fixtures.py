@@ -22,7 +22,7 @@ import models  # noqa: E402
 
 from kiln_executorch.aot import export, lower, read_delegates, read_operators  # noqa: E402
 from kiln_executorch.aot.blob_format import Precision  # noqa: E402
-from kiln_executorch.aot.blob_writer import read_blob  # noqa: E402
+from kiln_executorch.aot.blob_writer import read_blob, read_variant_set  # noqa: E402
 from kiln_executorch.aot.reference import run_program  # noqa: E402
 
 FIXTURES = models.all_fixtures()
@@ -123,11 +123,24 @@ def test_export_writes_the_file(tmp_path):
     assert delegate.compile_specs == {"precision": b"bf16", "target_device": b"cuda:0"}
 
 
-def test_dynamic_mlp_stays_on_cpu(tmp_path):
+def test_dynamic_mlp_is_delegated_as_a_variant_set(tmp_path):
     f = FIXTURES["mlp"]
     batch = torch.export.Dim("batch", min=1, max=16)
-    path = export(f.module, f.inputs, tmp_path / "dynamic_mlp.pte",
-                  dynamic_shapes={"x": {0: batch}})
-    assert read_delegates(path) == []
-    assert read_operators(path)["forward"] == ["aten::permute_copy.out", "aten::addmm.out",
-                                                "aten::relu.out"]
+    edge = lower(f.module, f.inputs, dynamic_shapes={"x": {0: batch}})
+    program = copy.deepcopy(edge.exported_program())
+    path = tmp_path / "dynamic_mlp.pte"
+    path.write_bytes(edge.to_executorch().buffer)
+    (delegate,) = read_delegates(path)
+    assert delegate.backend_id == "KilnBackend"
+    assert read_operators(path)["forward"] == []
+    variants, weights = read_variant_set(delegate.data)
+    assert [shapes for _, shapes in variants] == [[(b, 256)] for b in range(1, 17)]
+    assert weights is not None and len(delegate.data) < 2 * len(weights)   # stored once
+    reference = copy.deepcopy(f.module).double()
+    for b in (1, 3, 9, 16):
+        x = torch.randn(b, 256, generator=torch.Generator().manual_seed(b))
+        (actual,) = run_program(program, [x], blobs=[delegate.data])
+        with torch.no_grad():
+            eager = reference(x.double())
+        assert actual.shape == (b, 10)
+        assert max_error(actual, eager) <= 1e-5

@@ -237,11 +237,25 @@ def test_index_put_and_copy_stay_on_cpu():
     assert refused(found, "aten.mul.Tensor") == []
 
 
-def test_symbolic_shapes_stay_on_cpu():
+def test_bounded_symbolic_shapes_are_claimed():
     batch = torch.export.Dim("batch", min=1, max=16)
     found = decisions(Fn(lambda m, x: torch.relu(x) * 2), (randn(4, 3),),
                       dynamic_shapes={"args": ({0: batch},)})
-    assert "symbolic shape [s" in refused(found, "aten.relu.default")[0]
+    assert refused(found, "aten.relu.default") == []
+    assert refused(found, "aten.mul.Tensor") == []
+
+
+def test_unbounded_symbolic_shapes_stay_on_cpu():
+    found = decisions(Fn(lambda m, x: torch.relu(x) * 2), (randn(4, 3),),
+                      dynamic_shapes={"args": ({0: torch.export.Dim("batch")},)})
+    assert "no finite upper bound" in refused(found, "aten.relu.default")[0]
+
+
+def test_symbolic_shapes_past_the_variant_cap_stay_on_cpu():
+    batch = torch.export.Dim("batch", min=1, max=100)
+    found = decisions(Fn(lambda m, x: torch.relu(x) * 2), (randn(4, 3),),
+                      dynamic_shapes={"args": ({0: batch},)})
+    assert "more than the 64 shape-specialised plans" in refused(found, "aten.relu.default")[0]
 
 
 def test_training_batch_norm_stays_on_cpu():

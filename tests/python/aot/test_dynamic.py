@@ -1,0 +1,168 @@
+"""Bounded dynamic shapes: a partition with symbolic sizes becomes a variant set of
+shape-specialised plans; each plan, run by the reference interpreter, gives eager's answer."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from kiln_executorch.aot import lower
+from kiln_executorch.aot import blob_format as bf
+from kiln_executorch.aot.blob_writer import (is_variant_set, read_blob, read_variant_set,
+                                             write_variant_set)
+from kiln_executorch.aot.reference import run_blob, run_program
+
+Dim = torch.export.Dim
+
+
+class Mlp(nn.Module):
+    def __init__(self, d_in=32, hidden=64, d_out=8):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(d_in, hidden), nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm self-attention and a GELU MLP over a dynamic sequence."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        torch.manual_seed(0)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.scale = d ** -0.5
+
+    def forward(self, x):
+        h = self.ln1(x)
+        att = torch.softmax(self.q(h) @ self.k(h).transpose(-1, -2) * self.scale, dim=-1)
+        x = x + att @ self.v(h)
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def lowered(module, example, dynamic_shapes, precision="fp32"):
+    edge = lower(module.eval(), example, precision, dynamic_shapes=dynamic_shapes)
+    program = edge.exported_program()
+    blobs = [m.processed_bytes for _, m in program.graph_module.named_children()
+             if hasattr(m, "processed_bytes")]
+    return program, blobs
+
+
+def eager(module, x):
+    with torch.no_grad():
+        return copy.deepcopy(module).double()(x.double())
+
+
+def test_dynamic_mlp_variant_set_shares_its_weights():
+    program, (blob,) = lowered(Mlp(), (torch.randn(4, 32),), {"x": {0: Dim("b", min=1, max=6)}})
+    assert is_variant_set(blob)
+    variants, weights = read_variant_set(blob)
+    assert [s for _, s in variants] == [[(b, 32)] for b in range(1, 7)]
+    for variant, _ in variants:
+        h = dict(zip(bf.HEADER_FIELDS, bf.HEADER.unpack_from(variant)))
+        assert h["flags"] == bf.FLAG_EXTERNAL_WEIGHTS and h["weights_size"] == 0
+        with pytest.raises(ValueError, match="external weights"):
+            read_blob(variant)
+        assert read_blob(variant, weights).tensors
+    assert len(weights) >= (32 * 64 + 64 + 64 * 8 + 8) * 4
+    assert len(blob) < len(weights) + 6 * 4096     # the weights are not repeated per variant
+
+
+def test_variants_with_different_weights_keep_their_own():
+    first, other = Mlp(), Mlp()
+    with torch.no_grad():
+        other.fc1.weight.add_(1.0)
+    _, (a,) = lowered(first, (torch.randn(1, 32),), None)
+    _, (b,) = lowered(other, (torch.randn(2, 32),), None)
+    container = write_variant_set([(a, [(1, 32)]), (b, [(2, 32)])])
+    variants, shared = read_variant_set(container)
+    assert shared is None and [v for v, _ in variants] == [a, b]
+    x = torch.randn(2, 32)
+    (actual,) = run_blob(container, [x])
+    assert (actual.double() - eager(other, x)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("precision, tol", [("fp32", 1e-5), ("bf16", 2e-2)])
+def test_dynamic_mlp_variants_match_eager(precision, tol):
+    module = Mlp()
+    program, (blob,) = lowered(module, (torch.randn(4, 32),), {"x": {0: Dim("b", min=1, max=16)}},
+                               precision)
+    for b in (1, 7, 16):
+        x = torch.randn(b, 32, generator=torch.Generator().manual_seed(b))
+        (actual,) = run_program(program, [x])
+        expected = eager(module, x)
+        assert actual.shape == (b, 8) and actual.dtype == torch.float32
+        err = (actual.double() - expected).abs().max().item()
+        assert err <= tol * max(1.0, expected.abs().max().item()), (b, err)
+
+
+def test_dynamic_sequence_block_variants_match_eager():
+    module = Block()
+    program, blobs = lowered(module, (torch.randn(1, 8, 16),),
+                             {"x": {1: Dim("seq", min=1, max=32)}})
+    assert len(blobs) == 1 and len(read_variant_set(blobs[0])[0]) == 32
+    for t in (1, 17, 32):
+        x = torch.randn(1, t, 16, generator=torch.Generator().manual_seed(t))
+        (actual,) = run_program(program, [x])
+        assert actual.shape == (1, t, 16)
+        assert (actual.double() - eager(module, x)).abs().max().item() <= 1e-5
+
+
+def test_shape_no_variant_serves_is_an_error():
+    _, (blob,) = lowered(Mlp(), (torch.randn(4, 32),), {"x": {0: Dim("b", min=1, max=4)}})
+    with pytest.raises(ValueError, match=r"no variant serves input shapes \[\(5, 32\)\]"):
+        run_blob(blob, [torch.randn(5, 32)])
+
+
+def test_too_many_combinations_stay_on_cpu():
+    module = nn.ReLU()
+    dims = {"input": {0: Dim("a", min=1, max=10), 1: Dim("b", min=1, max=10)}}
+    program, blobs = lowered(module, (torch.randn(4, 5),), dims)
+    assert blobs == []
+
+
+def test_unbounded_dim_stays_on_cpu():
+    program, blobs = lowered(Mlp(), (torch.randn(4, 32),), {"x": {0: Dim("b")}})
+    assert blobs == []
+    assert any("addmm" in str(n.target) for n in program.graph.nodes)
+
+
+def test_static_partition_is_still_a_plain_blob():
+    _, (blob,) = lowered(Mlp(), (torch.randn(4, 32),), None)
+    assert not is_variant_set(blob) and blob[:8] == bf.MAGIC
+
+
+def test_two_symbols_give_every_combination():
+    class Fn(nn.Module):
+        def forward(self, x, y):
+            return torch.relu(x) @ y.transpose(0, 1)
+
+    module = Fn()
+    dims = ({0: Dim("m", min=1, max=6)}, {0: Dim("n", min=1, max=6)})
+    program, (blob,) = lowered(module, (torch.randn(4, 6), torch.randn(5, 6)), dims)
+    assert len(read_variant_set(blob)[0]) == 36
+    for m, n in ((1, 6), (3, 2), (6, 6)):
+        x, y = torch.randn(m, 6), torch.randn(n, 6)
+        (actual,) = run_program(program, [x, y])
+        assert (actual - module(x, y)).abs().max().item() <= 1e-5
+
+
+def test_a_size_crossing_a_partition_boundary_stays_on_cpu():
+    """sym_size(x) feeds views on both sides of erfinv (which stays on the CPU): a delegate cannot
+    take or return a SymInt, so both partitions are declined and the program still runs."""
+    class Fn(nn.Module):
+        def forward(self, x):
+            b = x.shape[0]
+            z = torch.erfinv(torch.tanh(x.reshape(b, -1)) * 0.5)
+            return (torch.cos(z).reshape(b, 2, -1) * 2).sum(-1)
+
+    module = Fn()
+    program, blobs = lowered(module, (torch.randn(4, 2, 6),), ({0: Dim("b", min=1, max=8)},))
+    assert blobs == []
+    x = torch.randn(3, 2, 6)
+    (actual,) = run_program(program, [x])
+    assert (actual - module(x)).abs().max().item() <= 1e-5
