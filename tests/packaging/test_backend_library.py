@@ -84,7 +84,7 @@ def test_backend_exports_only_its_c_api():
     lib = require(INSTALL / "lib" / LIBS[0], "run scripts/setup.sh")
     names = {l.split()[-1] for l in sh("nm", "-D", "--defined-only", lib).splitlines() if " T " in l}
     assert names == {"kiln_executorch_backend_registered", "kiln_executorch_version",
-                     "kiln_executorch_built_against"}, names
+                     "kiln_executorch_built_against", "kiln_executorch_copy_counters"}, names
 
 
 def test_installed_layout_and_cmake_package():
