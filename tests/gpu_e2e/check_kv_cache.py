@@ -1,0 +1,119 @@
+"""GPU check of the KV-cache decode programs written by export_kv_cache.py.
+
+    check_kv_cache.py --dir DIR --runner PATH/kiln_runner [--install DIR] [--bin DIR]
+
+For each precision: every decode step runs in ONE loaded method (kiln_runner --next), so the
+caches live in the Kiln delegate's device state from step to step; each step's output is compared
+with eager PyTorch and the bytes Kiln copied in that step are printed and checked against the
+step's inputs and output (the 8 KiB of caches never cross). A control runs step 2 on a fresh
+method: its output must differ from the expected one, since the step reads what step 1 wrote.
+A position past the cache must fail the execution with an index_put error, not crash.
+One line per case; exits non-zero on any failure. Needs python3 with numpy, no executorch.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+COPY_LINE = re.compile(r"copy_bytes host_to_device=(\d+) device_to_host=(\d+) kiln_executes=(\d+)")
+
+
+def run_runner(runner, pte, steps, out_dir):
+    cmd = [str(runner), str(pte), "--copy-stats", "--output-dir", str(out_dir), "--values", "4"]
+    for k, (x, pos) in enumerate(steps):
+        if k:
+            cmd.append("--next")
+        cmd += ["--input", f"0={x}", "--input", f"1={pos}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def close(actual, expected, tol):
+    return bool(np.all(np.abs(actual - expected) <= tol["atol"] + tol["rtol"] * np.abs(expected)))
+
+
+def check_precision(args, meta, precision, failures):
+    d = args.dir
+    tol = meta["precisions"][precision]
+    program = meta["programs"][precision]
+    if program["delegates"] != 1 or program["cpu_operators"]:
+        failures.append(precision)
+        print(f"kv_cache {precision} export: FAIL delegates={program['delegates']} "
+              f"cpu_operators={program['cpu_operators']}")
+        return
+    pte = d / program["file"]
+    steps = [(d / s["x"], d / s["pos"]) for s in meta["steps"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_runner(args.runner, pte, steps, Path(tmp))
+        if r.returncode != 0:
+            failures.append(precision)
+            print(f"kv_cache {precision} decode: FAIL runner rc={r.returncode}: "
+                  f"{r.stderr.strip()[-500:]}")
+            return
+        copies = [tuple(map(int, m.groups())) for m in COPY_LINE.finditer(r.stdout)]
+        want = meta["copy_per_step"]
+        for k, s in enumerate(meta["steps"]):
+            got = np.fromfile(Path(tmp) / f"run{k}_output_0.bin", dtype=np.float32)
+            expected = np.fromfile(d / s["expected"], dtype=np.float32)
+            err = float(np.max(np.abs(got - expected)))
+            ok_values = close(got, expected, tol)
+            h2d, d2h, n = copies[k] if k < len(copies) else (-1, -1, -1)
+            ok_copy = n == 1 and h2d == want["host_to_device"] and d2h == want["device_to_host"]
+            ok = ok_values and ok_copy
+            if not ok:
+                failures.append(f"{precision} step{k + 1}")
+            print(f"kv_cache {precision} step{k + 1} pos={s['position']}: "
+                  f"{'PASS' if ok else 'FAIL'} max_abs_err={err:.3g} "
+                  f"(atol {tol['atol']}, rtol {tol['rtol']}) bytes_copied h2d={h2d} d2h={d2h} "
+                  f"(expected {want['host_to_device']}/{want['device_to_host']}; caches "
+                  f"{meta['cache_bytes']} B stay on the GPU)")
+
+    # Control: step 2 on a fresh method has nothing of step 1 in its cache.
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_runner(args.runner, pte, steps[1:2], Path(tmp))
+        expected = np.fromfile(d / meta["steps"][1]["expected"], dtype=np.float32)
+        if r.returncode == 0:
+            got = np.fromfile(Path(tmp) / "output_0.bin", dtype=np.float32)
+            diff = float(np.max(np.abs(got - expected)))
+            ok = not close(got, expected, tol)
+        else:
+            diff, ok = float("nan"), False
+        if not ok:
+            failures.append(f"{precision} control")
+        print(f"kv_cache {precision} control (step2 without step1): {'PASS' if ok else 'FAIL'} "
+              f"differs from the stateful result by {diff:.3g}")
+
+    # A position past the cache: an execution error naming index_put, not a crash.
+    with tempfile.TemporaryDirectory() as tmp:
+        bad = [steps[0], (steps[1][0], d / meta["bad_position_file"])]
+        r = run_runner(args.runner, pte, bad, Path(tmp))
+        ok = r.returncode == 1 and "index_put" in r.stderr and "position 32" in r.stderr
+        if not ok:
+            failures.append(f"{precision} bad position")
+        line = next((l for l in r.stderr.splitlines() if "index_put" in l), r.stderr.strip()[-200:])
+        print(f"kv_cache {precision} bad position 32: {'PASS' if ok else 'FAIL'} rc={r.returncode} "
+              f"{line.strip()}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--runner", required=True, type=Path)
+    parser.add_argument("--install", type=Path)
+    parser.add_argument("--bin", type=Path)
+    args = parser.parse_args()
+    meta = json.loads((args.dir / "meta.json").read_text())
+    failures = []
+    for precision in meta["precisions"]:
+        check_precision(args, meta, precision, failures)
+    print(f"check_kv_cache: {'FAIL ' + ', '.join(failures) if failures else 'all passed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
