@@ -8,12 +8,16 @@ with eager PyTorch and the bytes Kiln copied in that step are printed and checke
 step's inputs and output (the 8 KiB of caches never cross). A control runs step 2 on a fresh
 method: its output must differ from the expected one, since the step reads what step 1 wrote.
 A position past the cache must fail the execution with an index_put error, not crash.
-One line per case; exits non-zero on any failure. Needs python3 with numpy, no executorch.
+Then examples/tiny_lm is built with CMake against --install DIR (executorch at DIR/../executorch)
+and generates tokens greedily from DIR/tiny_lm/tiny_lm.pte: they must equal eager PyTorch's, and
+its tokens/s is printed. One line per case; exits non-zero on any failure. Needs python3 with
+numpy and cmake, no executorch.
 """
 
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +104,50 @@ def check_precision(args, meta, precision, failures):
               f"{line.strip()}")
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def check_tiny_lm(args, meta, failures):
+    lm = meta["tiny_lm"]
+    if args.install is None:
+        failures.append("tiny_lm")
+        print("tiny_lm: FAIL no --install DIR given: the app is built against the install tree")
+        return
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        failures.append("tiny_lm")
+        print("tiny_lm: FAIL no cmake on PATH to build examples/tiny_lm")
+        return
+    et_cmake = args.install.parent / "executorch" / "lib" / "cmake" / "executorch"
+    with tempfile.TemporaryDirectory() as build:
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        cfg = subprocess.run([cmake, "-S", REPO / "examples" / "tiny_lm", "-B", build, *gen,
+                              "-DCMAKE_BUILD_TYPE=Release",
+                              f"-DCMAKE_PREFIX_PATH={args.install};{et_cmake}"],
+                             capture_output=True, text=True)
+        bld = subprocess.run([cmake, "--build", build], capture_output=True, text=True) \
+            if cfg.returncode == 0 else cfg
+        if bld.returncode != 0:
+            failures.append("tiny_lm build")
+            print(f"tiny_lm build: FAIL {(bld.stdout + bld.stderr).strip()[-800:]}")
+            return
+        prompt = " ".join(map(str, lm["prompt"]))
+        expect = " ".join(map(str, lm["expected_tokens"]))
+        r = subprocess.run([Path(build) / "tiny_lm", args.dir / "tiny_lm" / lm["model"],
+                            "--prompt", prompt, "--new-tokens", str(lm["new_tokens"]),
+                            "--expect", expect], capture_output=True, text=True, timeout=300)
+    rate = re.search(r"([\d.]+) tokens/s", r.stdout)
+    ok = r.returncode == 0 and "matches eager greedy tokens: yes" in r.stdout
+    if not ok:
+        failures.append("tiny_lm")
+    print(f"tiny_lm {lm['precision']} {lm['layers']} layers vocab {lm['vocab']}: "
+          f"{'PASS' if ok else 'FAIL'} {lm['new_tokens']} greedy tokens "
+          f"{'match' if ok else 'differ from'} eager, "
+          f"{rate.group(1) if rate else '?'} tokens/s (host round trip per token)")
+    if not ok:
+        print((r.stdout + r.stderr).strip()[-1500:])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, type=Path)
@@ -111,6 +159,7 @@ def main():
     failures = []
     for precision in meta["precisions"]:
         check_precision(args, meta, precision, failures)
+    check_tiny_lm(args, meta, failures)
     print(f"check_kv_cache: {'FAIL ' + ', '.join(failures) if failures else 'all passed'}")
     return 1 if failures else 0
 

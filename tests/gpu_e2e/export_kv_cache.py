@@ -8,6 +8,8 @@ step<k>_x.bin / step<k>_pos.bin (float32 [1,1,32] / int64 [1]), step<k>_expected
 float32 [1,1,32], the module's caches carried from step to step), bad_pos.bin (a position past
 the cache) and meta.json (steps, tolerances, the bytes one step may copy). Steps 1-3 are the
 fixture's own inputs; the rest are seeded random inputs at the following positions.
+DIR/tiny_lm/ gets examples/tiny_lm's model and its eager greedy tokens (export_tiny_lm.py), for
+the C++ app the check builds from the install tree.
 check_kv_cache.py runs them on the GPU through kiln_runner --next in one loaded method.
 """
 
@@ -21,7 +23,9 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "examples" / "tiny_lm"))
 
+import export_tiny_lm  # noqa: E402
 import models  # noqa: E402  (tests/python/models.py: the fixture modules)
 from kiln_executorch.aot import export, read_delegates, read_operators  # noqa: E402
 
@@ -80,6 +84,7 @@ def main():
             "output_shape": [1, 1, 32], "bad_position_file": "bad_pos.bin",
             "copy_per_step": {"host_to_device": step_in, "device_to_host": step_out},
             "cache_bytes": CACHE_BYTES}
+    meta["tiny_lm"] = export_tiny_lm.write(out / "tiny_lm")
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     print(f"wrote {', '.join(p['file'] for p in programs.values())} and {len(records)} steps "
           f"to {out}")

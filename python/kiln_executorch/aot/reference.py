@@ -348,7 +348,7 @@ class _Machine:
             raise BlobExecutionError(f"index_put values have {v.numel()} elements, operands say "
                                      f"{outer * num_positions * inner}")
         rows = (torch.arange(outer).reshape(outer, 1, 1) * dim_size + pos.reshape(1, -1, 1)) * inner
-        self.write(out, rows + torch.arange(inner).reshape(1, 1, inner), v)
+        self.write(out, (rows + torch.arange(inner).reshape(1, 1, inner)).reshape(-1), v)
 
     def _fill(self, out, value):
         self.write(out, None, torch.full((self.g.tensors[out].numel,), value, dtype=self.fp))

@@ -23,6 +23,8 @@ from kiln_executorch.aot.blob_writer import read_blob  # noqa: E402
 from kiln_executorch.aot.reference import BlobExecutionError, ReferenceEngine, run_blob  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "examples" / "tiny_lm"))
+import export_tiny_lm  # noqa: E402
 FOLDER = models.FIXTURES / "kv_cache_decode"
 
 
@@ -146,5 +148,30 @@ def test_gpu_e2e_export_writes_programs_and_steps(tmp_path):
                                         dtype=torch.float32)
             assert torch.allclose(expected, steps[k][1].reshape(-1), atol=1e-5)
     assert meta["copy_per_step"] == {"host_to_device": 136, "device_to_host": 152}
+    lm = meta["tiny_lm"]
+    assert (tmp_path / "tiny_lm" / lm["model"]).is_file()
+    assert len(lm["expected_tokens"]) == len(lm["prompt"]) + lm["new_tokens"]
     assert (tmp_path / meta["bad_position_file"]).read_bytes() == \
         torch.tensor([32]).numpy().tobytes()
+
+
+def test_tiny_lm_example_is_one_delegate_and_the_reference_generates_its_tokens(tmp_path):
+    """examples/tiny_lm: embedding, 2 attention layers with KV caches (4 heads: the caches are
+    written at dim 2 of [1, 4, 64, 16]) and MLPs, all in one Kiln delegate; decoding the blob with
+    the reference executor, one call per token with state carried over, picks eager's tokens."""
+    meta = export_tiny_lm.write(tmp_path, new_tokens=12)
+    pte = tmp_path / meta["model"]
+    assert read_operators(pte) == {"forward": []}
+    (delegate,) = read_delegates(pte)
+    g = read_blob(delegate.data)
+    assert len({t.offset for t in g.tensors if t.storage == Storage.STATE}) == 4
+    assert sum(op.opcode == Opcode.INDEX_PUT for op in g.ops) == 4
+    engine = ReferenceEngine(delegate.data, torch.float32)
+    tokens = list(meta["prompt"])
+    expected = meta["expected_tokens"]
+    for pos in range(len(expected) - 1):
+        (logits,) = engine.run([torch.tensor([[tokens[pos]]]), torch.tensor([pos])])
+        if pos >= len(meta["prompt"]) - 1:
+            tokens.append(int(logits.reshape(-1).argmax()))
+    assert tokens == expected
+    assert (tmp_path / "expected_tokens.txt").read_text().split() == [str(t) for t in expected]
