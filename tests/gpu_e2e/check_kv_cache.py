@@ -107,6 +107,33 @@ def check_precision(args, meta, precision, failures):
 REPO = Path(__file__).resolve().parents[2]
 
 
+def check_tiny_lm_copies(args, meta, failures):
+    """Three prompt steps of the tiny LM through kiln_runner --next: per step only the token and
+    the position go in and the logits (plus the 24-byte error flag) come out; the four caches
+    (layers x k/v, float32 [1, heads, max_seq, d_model / heads]) stay on the GPU."""
+    lm = meta["tiny_lm"]
+    cache_bytes = lm["layers"] * 2 * lm["max_seq"] * lm["d_model"] * 4
+    want_in, want_out = 8 + 8, lm["vocab"] * 4 + 24
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(args.runner), str(args.dir / "tiny_lm" / lm["model"]), "--copy-stats",
+               "--values", "2"]
+        for pos, token in enumerate(lm["prompt"][:3]):
+            np.array([token], dtype=np.int64).tofile(Path(tmp) / f"tok{pos}.bin")
+            np.array([pos], dtype=np.int64).tofile(Path(tmp) / f"pos{pos}.bin")
+            cmd += (["--next"] if pos else []) + ["--input", f"0={tmp}/tok{pos}.bin",
+                                                  "--input", f"1={tmp}/pos{pos}.bin"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    copies = [tuple(map(int, m.groups())) for m in COPY_LINE.finditer(r.stdout)]
+    ok = r.returncode == 0 and len(copies) == 3 and \
+        all(c == (want_in, want_out, 1) for c in copies)
+    if not ok:
+        failures.append("tiny_lm copies")
+    print(f"tiny_lm bytes copied per decode step: {'PASS' if ok else 'FAIL'} "
+          f"{[(h, d) for h, d, _ in copies]} (expected h2d={want_in} d2h={want_out}; "
+          f"caches {cache_bytes} B stay on the GPU)"
+          + ("" if r.returncode == 0 else f" runner rc={r.returncode}: {r.stderr.strip()[-300:]}"))
+
+
 def check_tiny_lm(args, meta, failures):
     lm = meta["tiny_lm"]
     if args.install is None:
@@ -140,9 +167,10 @@ def check_tiny_lm(args, meta, failures):
     ok = r.returncode == 0 and "matches eager greedy tokens: yes" in r.stdout
     if not ok:
         failures.append("tiny_lm")
+    verdict = "match" if ok else ("differ from" if "matches eager greedy tokens: no" in r.stdout
+                                  else f"not generated (app rc={r.returncode}), so not compared with")
     print(f"tiny_lm {lm['precision']} {lm['layers']} layers vocab {lm['vocab']}: "
-          f"{'PASS' if ok else 'FAIL'} {lm['new_tokens']} greedy tokens "
-          f"{'match' if ok else 'differ from'} eager, "
+          f"{'PASS' if ok else 'FAIL'} {lm['new_tokens']} greedy tokens {verdict} eager, "
           f"{rate.group(1) if rate else '?'} tokens/s (host round trip per token)")
     if not ok:
         print((r.stdout + r.stderr).strip()[-1500:])
@@ -159,6 +187,7 @@ def main():
     failures = []
     for precision in meta["precisions"]:
         check_precision(args, meta, precision, failures)
+    check_tiny_lm_copies(args, meta, failures)
     check_tiny_lm(args, meta, failures)
     print(f"check_kv_cache: {'FAIL ' + ', '.join(failures) if failures else 'all passed'}")
     return 1 if failures else 0
