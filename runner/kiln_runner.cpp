@@ -16,6 +16,8 @@
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -407,6 +409,20 @@ class PlannedMemory {
   std::vector<executorch::runtime::etensor::Device> devices_;
 };
 
+// Kiln's copy counters (runtime/backend/version.h), looked up at run time so the runner also runs
+// with a backend library that lacks them. Returns false when there are none.
+struct CopyCounts {
+  uint64_t host_to_device = 0, device_to_host = 0, executes = 0;
+};
+
+bool read_copy_counters(CopyCounts& c) {
+  using Fn = void (*)(uint64_t*, uint64_t*, uint64_t*);
+  static const auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "kiln_executorch_copy_counters"));
+  if (fn == nullptr) return false;
+  fn(&c.host_to_device, &c.device_to_host, &c.executes);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -455,6 +471,8 @@ int main(int argc, char** argv) {
   std::vector<InputTensor> inputs;
   for (size_t r = 0; r < opts.runs.size(); ++r) {
     make_inputs(meta.get(), opts.runs[r], opts, inputs);
+    CopyCounts before;
+    const bool counted = opts.copy_stats && read_copy_counters(before);
     for (int w = 0; w < opts.warmup; ++w) {
       bind_inputs(method.get(), inputs);
       et::Error err = method->execute();
@@ -471,6 +489,19 @@ int main(int argc, char** argv) {
     }
     if (opts.runs.size() > 1) std::printf("# run %zu\n", r);
     print_outputs(method.get(), opts, r);
+    if (opts.copy_stats) {
+      CopyCounts after;
+      if (counted && read_copy_counters(after)) {
+        const uint64_t n = after.executes - before.executes;
+        std::printf("copy_bytes host_to_device=%" PRIu64 " device_to_host=%" PRIu64
+                    " kiln_executes=%" PRIu64 " method_executes=%d\n",
+                    after.host_to_device - before.host_to_device,
+                    after.device_to_host - before.device_to_host, n,
+                    opts.warmup + std::max(1, opts.iterations));
+      } else {
+        std::printf("copy_bytes unavailable (no kiln_executorch_copy_counters in the process)\n");
+      }
+    }
     if (opts.iterations > 0) {
       std::sort(ms.begin(), ms.end());
       std::printf("latency_ms min=%.4f median=%.4f max=%.4f iterations=%zu warmup=%d\n", ms.front(),

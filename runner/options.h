@@ -12,14 +12,15 @@ namespace kiln::runner {
 inline constexpr const char* kUsage =
     "usage: kiln_runner <model.pte> [--method NAME] [--input I=path.bin ...] [--shape I=d0,d1,...]\n"
     "                   [--next --input I=path.bin ...] [--iterations N] [--warmup M]\n"
-    "                   [--output-dir DIR] [--values K]\n"
+    "                   [--output-dir DIR] [--values K] [--copy-stats]\n"
     "  --input I=FILE   raw little-endian bytes for input I (default: ones of the input's dtype)\n"
     "  --shape I=DIMS   actual shape of a dynamic input I (default: the shape in the program)\n"
     "  --next           execute the same loaded method again with the inputs that follow\n"
     "  --iterations N   time N executions of each run (load excluded) and print min/median/max\n"
     "  --warmup M       untimed executions before timing\n"
     "  --output-dir DIR write each output's raw bytes to DIR/output_<i>.bin\n"
-    "  --values K       print the first K values of each output (default 8)\n";
+    "  --values K       print the first K values of each output (default 8)\n"
+    "  --copy-stats     after each run print the host<->device bytes Kiln engines copied in it\n";
 
 /// One execution of the method: which inputs come from files (the rest are ones).
 struct Run {
@@ -35,6 +36,7 @@ struct Options {
   int warmup = 0;
   std::string output_dir;
   size_t values = 8;
+  bool copy_stats = false;
 };
 
 /// Fills `out` from argv. Returns false and sets `error` on any malformed or unknown argument.

@@ -10,6 +10,7 @@
 #include "runtime/backend/kiln_backend.h"
 #include "runtime/backend/version.h"
 #include "runtime/device/cuda_allocator.h"
+#include "runtime/engine/engine.h"
 
 namespace kiln {
 namespace {
@@ -41,5 +42,17 @@ extern "C" {
 KILN_EXPORT int kiln_executorch_backend_registered() { return kiln::g_registered ? 1 : 0; }
 KILN_EXPORT const char* kiln_executorch_version() { return KILN_VERSION; }
 KILN_EXPORT const char* kiln_executorch_built_against() { return KILN_EXECUTORCH_BUILD_VERSION; }
+
+KILN_EXPORT void kiln_executorch_copy_counters(uint64_t* host_to_device_bytes,
+                                               uint64_t* device_to_host_bytes,
+                                               uint64_t* executes) {
+  // Both places bytes cross: the engines' own staging of host bindings, and ExecuTorch's et_copy
+  // kernels, which copy through Kiln's allocator around each delegate call.
+  const kiln::engine::CopyCounters c = kiln::engine::copy_counters();
+  const kiln::CudaDeviceAllocator& a = kiln::cuda_device_allocator();
+  if (host_to_device_bytes != nullptr) *host_to_device_bytes = c.host_to_device_bytes + a.host_to_device_bytes();
+  if (device_to_host_bytes != nullptr) *device_to_host_bytes = c.device_to_host_bytes + a.device_to_host_bytes();
+  if (executes != nullptr) *executes = c.executes;
+}
 
 }

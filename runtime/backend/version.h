@@ -31,4 +31,15 @@ KILN_EXPORT uint64_t kiln_executorch_weight_allocated_bytes();
 KILN_EXPORT uint64_t kiln_executorch_weight_requested_bytes();
 /// Activation memory of live delegates: arenas, input/output staging buffers, library workspaces.
 KILN_EXPORT uint64_t kiln_executorch_activation_bytes();
+
+/// Cumulative host<->device bytes copied for Kiln in this process, and the number of engine
+/// executions. Bytes count both paths: Kiln engines staging host bindings (and reading back the
+/// error flag of range-checked graphs) in execute(), and every copy through Kiln's CUDA allocator
+/// (ExecuTorch's et_copy kernels around each delegate call, or an application filling device
+/// memory). Weights and initial state uploaded at init are excluded. Any pointer may be null.
+/// Program state (e.g. a KV cache) stays on the device, so the difference across one decode step
+/// is its inputs and outputs only.
+KILN_EXPORT void kiln_executorch_copy_counters(uint64_t* host_to_device_bytes,
+                                               uint64_t* device_to_host_bytes,
+                                               uint64_t* executes);
 }

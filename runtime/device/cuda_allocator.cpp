@@ -106,11 +106,13 @@ void CudaDeviceAllocator::deallocate(void* ptr, et::etensor::DeviceIndex index) 
 
 et::Error CudaDeviceAllocator::copy_host_to_device(void* dst, const void* src, size_t nbytes,
                                                    et::etensor::DeviceIndex index) {
+  h2d_bytes_.fetch_add(nbytes, std::memory_order_relaxed);
   return copy(dst, src, nbytes, index, cudaMemcpyHostToDevice);
 }
 
 et::Error CudaDeviceAllocator::copy_device_to_host(void* dst, const void* src, size_t nbytes,
                                                    et::etensor::DeviceIndex index) {
+  d2h_bytes_.fetch_add(nbytes, std::memory_order_relaxed);
   return copy(dst, src, nbytes, index, cudaMemcpyDeviceToHost);
 }
 

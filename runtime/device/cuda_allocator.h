@@ -28,9 +28,15 @@ class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
 
   /// Bytes currently allocated through this allocator.
   size_t bytes_in_use() const { return in_use_.load(); }
+  /// Bytes copied through copy_host_to_device / copy_device_to_host since the process started:
+  /// ExecuTorch's et_copy kernels at the delegate boundary of programs with device memory.
+  uint64_t host_to_device_bytes() const { return h2d_bytes_.load(std::memory_order_relaxed); }
+  uint64_t device_to_host_bytes() const { return d2h_bytes_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<size_t> in_use_{0};
+  std::atomic<uint64_t> h2d_bytes_{0};
+  std::atomic<uint64_t> d2h_bytes_{0};
 };
 
 /// The process-wide instance (static lifetime, as the registry requires).

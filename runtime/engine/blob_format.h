@@ -17,12 +17,17 @@
 // - A tensor's storage says where its bytes live at run time: kArena tensors at `offset` inside the
 //   engine's activation arena (arena_size bytes, planned by the builder from liveness); kWeight
 //   tensors at `offset` inside the weights section; kInput / kOutput tensors in the memory the
-//   runtime binds for delegate argument `offset` (0-based among inputs, resp. outputs).
+//   runtime binds for delegate argument `offset` (0-based among inputs, resp. outputs); kState
+//   tensors in a device buffer of their own (see Storage::kState).
 // - Ops run in order. Each op reads operands[first_operand, first_operand + num_operands). Operand
 //   layouts per opcode are listed with the opcode below; "t" is a tensor id, "f" a double stored as
 //   its IEEE-754 bit pattern in the int64 slot, "n" a plain integer, "[k]" k consecutive integers.
 // - Strides and offsets in operands are in elements of the tensor they describe.
 // - Every op writes only its output tensor(s), never one of its inputs (the builder inserts copies).
+//   The one exception is program state: kIndexPut writes rows of a kState tensor in place, and
+//   other ops read that tensor before or after it in op order. Ops are therefore not pure: a run
+//   reads what the previous run left in its state tensors, and replaying the ops (a CUDA graph)
+//   must keep their order. No other opcode writes a kState tensor.
 #pragma once
 
 #include <cstdint>
@@ -77,6 +82,12 @@ enum class Storage : uint32_t {
   kWeight = 1,
   kInput = 2,
   kOutput = 3,
+  // Program state that persists across runs (e.g. a KV cache). `offset` locates its initial value
+  // in the weights section (64-byte aligned, like a weight); at init the engine copies it into a
+  // device buffer of the state's own, outside the arena, that every later run reads and kIndexPut
+  // writes. Records with the same offset are views of one state (all of the same size); records
+  // with different offsets are different states and their initial values may not overlap.
+  kState = 4,
 };
 
 enum class Precision : uint32_t { kFp32 = 0, kTf32 = 1, kFp16 = 2, kBf16 = 3 };
@@ -153,6 +164,15 @@ enum class Opcode : uint32_t {
   // [n kind(PoolKind), t x, t out, n N, n C, n H, n W, n kH, n kW, n stride_h, n stride_w,
   //  n pad_h, n pad_w, n dil_h, n dil_w, n H_out, n W_out, n count_include_pad]
   kPool2d = 12,
+  // In-place indexed row write into program state: with out viewed as [outer, dim_size, inner]
+  // and values as [outer, num_positions, inner] (contiguous, same dtype),
+  //   out[o, positions[i], j] = values[o, i, j]
+  // for every o, i, j. out must be a kState tensor (the exception to "ops never write their
+  // inputs"); positions is an Int64 or Int32 tensor of num_positions elements read on the device
+  // at run time. A position outside [0, dim_size) is an execution error (reported, not a crash)
+  // and then nothing of out is written. With duplicate positions any one of the rows wins.
+  // [t values, t positions, t out, n outer, n dim_size, n inner, n num_positions]
+  kIndexPut = 13,
 };
 
 enum class BinaryKind : int64_t {

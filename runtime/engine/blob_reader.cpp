@@ -267,10 +267,10 @@ class BlobReader {
                     "Kiln blob: tensor %u: nbytes is %llu, but %lld elements of %s take %llu bytes",
                     i, ull(r.nbytes), ll(numel), dtype_name(dtype), ull(expected_bytes));
       }
-      if (r.storage > static_cast<uint32_t>(blob::Storage::kOutput)) {
+      if (r.storage > static_cast<uint32_t>(blob::Storage::kState)) {
         return fail(Error::InvalidProgram,
                     "Kiln blob: tensor %u: storage %u is not a known Storage (Arena=0, Weight=1, "
-                    "Input=2, Output=3)",
+                    "Input=2, Output=3, State=4)",
                     i, r.storage);
       }
       if (r.reserved != 0) {
@@ -291,13 +291,37 @@ class BlobReader {
       t.nbytes = r.nbytes;
       t.numel = numel;
     }
+    return check_states();
+  }
+
+  // Records with one offset are views of one state and share its size; states at different
+  // offsets get separate device buffers, so their initial values may not overlap.
+  Error check_states() {
+    const std::vector<Tensor>& ts = graph_.tensors;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i].storage != blob::Storage::kState) continue;
+      for (size_t j = 0; j < i; ++j) {
+        if (ts[j].storage != blob::Storage::kState) continue;
+        const Tensor& a = ts[j];
+        const Tensor& b = ts[i];
+        if (a.offset == b.offset ? a.nbytes != b.nbytes
+                                 : a.offset < b.offset + b.nbytes && b.offset < a.offset + a.nbytes) {
+          return fail(Error::InvalidProgram,
+                      "Kiln blob: state tensors %zu (weights bytes %s) and %zu (weights bytes %s) "
+                      "overlap without being the same state (same offset and size)",
+                      j, extent_text(a.offset, a.nbytes).c_str(), i,
+                      extent_text(b.offset, b.nbytes).c_str());
+        }
+      }
+    }
     return Error::Ok;
   }
 
   Error check_storage(uint32_t i, blob::Storage storage, uint64_t offset, uint64_t nbytes) {
     const blob::Header& h = header_;
     switch (storage) {
-      case blob::Storage::kWeight: {
+      case blob::Storage::kWeight:
+      case blob::Storage::kState: {  // a state's initial value lives in the weights section
         const uint64_t limit = external_weights() ? external_->size : h.weights_size;
         if (!extent_inside(offset, nbytes, limit)) {
           return fail(Error::InvalidProgram,
@@ -396,9 +420,9 @@ class BlobReader {
       blob::OpRecord r;
       std::memcpy(&r, data_ + h.ops_offset + uint64_t{i} * sizeof(r), sizeof(r));
       if (r.opcode < static_cast<uint32_t>(blob::Opcode::kCopy) ||
-          r.opcode > static_cast<uint32_t>(blob::Opcode::kPool2d)) {
+          r.opcode > static_cast<uint32_t>(blob::Opcode::kIndexPut)) {
         return fail(Error::InvalidProgram,
-                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..12)", i, r.opcode);
+                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..13)", i, r.opcode);
       }
       if (!extent_inside(r.first_operand, r.num_operands, h.num_operands)) {
         return fail(Error::InvalidProgram,

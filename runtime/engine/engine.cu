@@ -7,6 +7,7 @@
 #include <executorch/runtime/platform/log.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <utility>
 #include <variant>
@@ -21,6 +22,7 @@
 #include "runtime/engine/kernels/elementwise.cuh"
 #include "runtime/engine/kernels/embedding.cuh"
 #include "runtime/engine/kernels/fill.cuh"
+#include "runtime/engine/kernels/index_put.cuh"
 #include "runtime/engine/kernels/layer_norm.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/kernels/pool2d.cuh"
@@ -73,6 +75,8 @@ StepResult make_step(const Op& op, const InitContext& ctx) {
       return kernels::make_conv2d_step(std::get<Conv2dArgs>(op.args), ctx);
     case blob::Opcode::kPool2d:
       return kernels::make_pool2d_step(std::get<Pool2dArgs>(op.args), ctx);
+    case blob::Opcode::kIndexPut:
+      return kernels::make_index_put_step(std::get<IndexPutArgs>(op.args), ctx);
   }
   return fail(nullptr, Error::InvalidProgram, "Kiln engine: op %zu has unknown opcode %u",
               ctx.op_index, static_cast<unsigned>(op.opcode));
@@ -96,6 +100,12 @@ bool is_capture_error(cudaError_t e) {
   }
 }
 
+// Bytes every engine in the process copied between host and device in execute(), for
+// copy_counters().
+std::atomic<uint64_t> g_host_to_device_bytes{0};
+std::atomic<uint64_t> g_device_to_host_bytes{0};
+std::atomic<uint64_t> g_executes{0};
+
 bool has_opcode(const Graph& graph, blob::Opcode opcode) {
   return std::any_of(graph.ops.begin(), graph.ops.end(),
                      [&](const Op& op) { return op.opcode == opcode; });
@@ -114,10 +124,11 @@ std::string shape_text(const Tensor& t) {
 struct DeviceState {
   EngineWeights weights;  // shared with other engines through the weight cache
   DeviceBuffer arena;
+  DeviceBuffer state;  // kState tensors: kept across runs, never part of the arena
   DeviceBuffer workspace;
   std::vector<DeviceBuffer> input_staging;
   std::vector<DeviceBuffer> output_staging;
-  DeviceBuffer error_flag;  // DeviceErrorFlag, only when the graph has an embedding
+  DeviceBuffer error_flag;  // DeviceErrorFlag, only when the graph has range-checked ops
   PinnedBuffer error_host;  // where the flag is read back
   UniqueStream stream;
   UniqueEvent done;  // recorded at the end of each run on the stream it used
@@ -129,8 +140,11 @@ struct DeviceState {
 
 // One engine runs one execute() at a time (the arena, staging buffers and captured graph are
 // shared by all runs); successive runs may use different streams and are ordered by an event.
-// Graphs with an embedding op synchronise at the end of every run to report out-of-range
-// indices, except under a caller's stream capture, where they cannot be read back.
+// Graphs with an embedding or index_put op synchronise at the end of every run to report
+// out-of-range indices, except under a caller's stream capture, where they cannot be read back.
+// State tensors keep their device addresses for the engine's lifetime, so a captured graph stays
+// valid across runs; the ops in it are not pure (index_put writes state that later ops and runs
+// read), which the single stream's order preserves.
 class CudaEngine final : public Engine {
  public:
   CudaEngine(Graph graph, int device) : graph_(std::move(graph)), device_(device) {}
@@ -151,6 +165,7 @@ class CudaEngine final : public Engine {
   }
 
   Error init();
+  Error init_state(DeviceState& s);
 
   size_t num_inputs() const override { return graph_.inputs.size(); }
   size_t num_outputs() const override { return graph_.outputs.size(); }
@@ -182,16 +197,17 @@ class CudaEngine final : public Engine {
   Error enqueue_step(size_t i, const RunContext& ctx);
   Error launch_graph(cudaStream_t stream);
   Error capture();
-  Error embedding_error() const;
+  Error range_error() const;
 
   Graph graph_;
   int device_;
   int max_blocks_ = 0;
-  bool has_embedding_ = false;
+  bool has_range_checks_ = false;  // embedding or index_put: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;
   uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
 
   std::vector<void*> tensor_ptrs_;    // device address of every tensor for the current run
+  std::vector<void*> state_ptrs_;     // device address of each kState tensor, by tensor id
   std::vector<void*> io_ptrs_;        // inputs then outputs, as bound for the current run
   std::vector<void*> checked_ptrs_;   // io_ptrs_ whose device bindings were last validated
   std::vector<void*> captured_ptrs_;  // io_ptrs_ the graph was captured with
@@ -209,6 +225,7 @@ Error CudaEngine::init() {
   ScopedDevice guard(device_);
   KILN_TRY(guard.status());
   auto s = std::make_unique<DeviceState>();
+  KILN_TRY(init_state(*s));  // reads the initial values from the blob's weights section
 
   KILN_ASSIGN_OR_RETURN(s->weights, acquire_weights(graph_, device_));
   graph_.weights = nullptr;  // borrowed from the caller's blob, which may be freed after create()
@@ -240,8 +257,9 @@ Error CudaEngine::init() {
   if (has_opcode(graph_, blob::Opcode::kConv2d)) {
     KILN_ASSIGN_OR_RETURN(s->cudnn, kernels::create_cudnn());
   }
-  has_embedding_ = has_opcode(graph_, blob::Opcode::kEmbedding);
-  if (has_embedding_) {
+  has_range_checks_ = has_opcode(graph_, blob::Opcode::kEmbedding) ||
+                      has_opcode(graph_, blob::Opcode::kIndexPut);
+  if (has_range_checks_) {
     KILN_ASSIGN_OR_RETURN(s->error_flag,
                           DeviceBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));
     KILN_ASSIGN_OR_RETURN(s->error_host,
@@ -262,6 +280,12 @@ Error CudaEngine::init() {
       alignment[i] = alignment_of(tensor_ptrs_[i]);
     }
   }
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    if (graph_.tensors[i].storage == blob::Storage::kState) {
+      tensor_ptrs_[i] = state_ptrs_[i];
+      alignment[i] = alignment_of(tensor_ptrs_[i]);
+    }
+  }
 
   size_t workspace = 0;
   s->steps.reserve(graph_.ops.size());
@@ -274,11 +298,51 @@ Error CudaEngine::init() {
   }
   KILN_ASSIGN_OR_RETURN(s->workspace, DeviceBuffer::allocate(workspace, "the library workspace"));
   max_blocks_ = multiprocessor_count(device_) * kBlocksPerSm;
-  activation_bytes_ = s->arena.size() + s->workspace.size() + s->error_flag.size();
+  // Program state (a KV cache) is counted here too: it is per engine, never shared.
+  activation_bytes_ = s->arena.size() + s->workspace.size() + s->error_flag.size() + s->state.size();
   for (const auto& b : s->input_staging) activation_bytes_ += b.size();
   for (const auto& b : s->output_staging) activation_bytes_ += b.size();
   count_activation_bytes(static_cast<int64_t>(activation_bytes_));
   state_ = std::move(s);
+  return Error::Ok;
+}
+
+// One device buffer holds every state, each 256-byte aligned, filled once from its initial value.
+// Records with the same offset are views of one state (blob_reader checked they agree).
+Error CudaEngine::init_state(DeviceState& s) {
+  std::vector<std::pair<uint64_t, uint64_t>> placed;  // weights offset -> offset in s.state
+  uint64_t total = 0;
+  for (const Tensor& t : graph_.tensors) {
+    if (t.storage != blob::Storage::kState ||
+        std::any_of(placed.begin(), placed.end(), [&](const auto& p) { return p.first == t.offset; })) {
+      continue;
+    }
+    placed.emplace_back(t.offset, total);
+    total += (t.nbytes + 255) / 256 * 256;
+  }
+  state_ptrs_.assign(graph_.tensors.size(), nullptr);
+  if (placed.empty()) {
+    return Error::Ok;
+  }
+  KILN_ASSIGN_OR_RETURN(s.state, DeviceBuffer::allocate(total, "the program state"));
+  char* base = static_cast<char*>(s.state.get());
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    const Tensor& t = graph_.tensors[i];
+    if (t.storage != blob::Storage::kState) continue;
+    for (const auto& [offset, at] : placed) {
+      if (offset == t.offset) state_ptrs_[i] = base + at;
+    }
+  }
+  for (const auto& [offset, at] : placed) {
+    for (const Tensor& t : graph_.tensors) {
+      if (t.storage != blob::Storage::kState || t.offset != offset || t.nbytes == 0) continue;
+      KILN_TRY(cuda_status(
+          cudaMemcpy(base + at, graph_.weights + offset, t.nbytes, cudaMemcpyHostToDevice),
+          Error::Internal, "Kiln engine: uploading %llu bytes of initial state to device %d",
+          static_cast<unsigned long long>(t.nbytes), device_));
+      break;
+    }
+  }
   return Error::Ok;
 }
 
@@ -405,11 +469,13 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
     KILN_TRY(cuda_status(cudaStreamWaitEvent(stream, s.done.get(), 0), Error::Internal,
                          "Kiln engine: cannot order this run after the previous one"));
   }
+  g_executes.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].on_device && inputs[i].nbytes > 0) {
       KILN_TRY(cuda_status(cudaMemcpyAsync(s.input_staging[i].get(), inputs[i].data,
                                            inputs[i].nbytes, cudaMemcpyHostToDevice, stream),
                            Error::Internal, "Kiln engine: copying input %zu to the device", i));
+      g_host_to_device_bytes.fetch_add(inputs[i].nbytes, std::memory_order_relaxed);
     }
   }
   if (kUseCudaGraphs && !external_capture && !graphs_disabled_ && runs_ > 0 && !s.steps.empty()) {
@@ -424,26 +490,28 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
       KILN_TRY(cuda_status(cudaMemcpyAsync(outputs[o].data, s.output_staging[o].get(),
                                            outputs[o].nbytes, cudaMemcpyDeviceToHost, stream),
                            Error::Internal, "Kiln engine: copying output %zu to the host", o));
+      g_device_to_host_bytes.fetch_add(outputs[o].nbytes, std::memory_order_relaxed);
     }
   }
   ++runs_;
   if (external_capture) {
     return Error::Ok;  // the caller's graph runs later; range errors cannot be read back here
   }
-  if (has_embedding_) {
+  if (has_range_checks_) {
     KILN_TRY(cuda_status(cudaMemcpyAsync(s.error_host.get(), s.error_flag.get(),
                                          sizeof(DeviceErrorFlag), cudaMemcpyDeviceToHost, stream),
                          Error::Internal, "Kiln engine: reading back the error flag"));
+    g_device_to_host_bytes.fetch_add(sizeof(DeviceErrorFlag), std::memory_order_relaxed);
   }
   KILN_TRY(cuda_status(cudaEventRecord(s.done.get(), stream), Error::Internal,
                        "Kiln engine: cannot record the end of the run"));
   last_stream_ = stream;
   // On its own stream the engine always finishes the run: the caller cannot wait on that stream.
-  if (host_output || has_embedding_ || stream == s.stream.get()) {
+  if (host_output || has_range_checks_ || stream == s.stream.get()) {
     KILN_TRY(cuda_status(cudaStreamSynchronize(stream), Error::Internal,
                          "Kiln engine: the run failed on device %d", device_));
-    if (has_embedding_) {
-      KILN_TRY(embedding_error());
+    if (has_range_checks_) {
+      KILN_TRY(range_error());
     }
   }
   return Error::Ok;
@@ -461,7 +529,7 @@ Error CudaEngine::enqueue_ops(cudaStream_t stream) {
                  static_cast<DeviceErrorFlag*>(s.error_flag.get()),
                  max_blocks_,
                  0};
-  if (has_embedding_) {
+  if (has_range_checks_) {
     KILN_TRY(cuda_status(cudaMemsetAsync(s.error_flag.get(), 0, sizeof(DeviceErrorFlag), stream),
                          Error::Internal, "Kiln engine: clearing the error flag"));
   }
@@ -582,12 +650,20 @@ Error CudaEngine::capture() {
   return Error::Ok;
 }
 
-Error CudaEngine::embedding_error() const {
+Error CudaEngine::range_error() const {
   const auto& flag = *static_cast<const DeviceErrorFlag*>(state_->error_host.get());
   if (flag.op_plus_one == 0) {
     return Error::Ok;
   }
   const size_t op = static_cast<size_t>(flag.op_plus_one - 1);
+  if (op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kIndexPut) {
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: op %zu (index_put): position %lld (element %lld of the positions "
+                "tensor) is outside [0, %lld); the state was left unchanged. Pass positions "
+                "inside the state's length (e.g. the KV cache's max sequence length)",
+                op, flag.index, flag.position,
+                static_cast<long long>(std::get<IndexPutArgs>(graph_.ops[op].args).dim_size));
+  }
   const int64_t vocab = op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbedding
                             ? std::get<EmbeddingArgs>(graph_.ops[op].args).vocab
                             : -1;
@@ -598,6 +674,12 @@ Error CudaEngine::embedding_error() const {
 }
 
 }  // namespace
+
+CopyCounters copy_counters() {
+  return {g_host_to_device_bytes.load(std::memory_order_relaxed),
+          g_device_to_host_bytes.load(std::memory_order_relaxed),
+          g_executes.load(std::memory_order_relaxed)};
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index,
                                                const WeightsView* external_weights) {

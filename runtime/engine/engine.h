@@ -93,6 +93,17 @@ struct DeviceMemoryStats {
 /// A snapshot of the totals; cheap and safe to call from any thread at any time.
 DeviceMemoryStats device_memory_stats();
 
+/// Host<->device bytes copied by execute() of every engine in the process since it started:
+/// input uploads, output downloads and the error-flag read-back of range-checked graphs. Weights
+/// and initial state uploaded at init are not counted. Program state (kState tensors) stays on
+/// the device, so it never appears here.
+struct CopyCounters {
+  uint64_t host_to_device_bytes;
+  uint64_t device_to_host_bytes;
+  uint64_t executes;  // execute() calls that reached the device
+};
+CopyCounters copy_counters();
+
 /// Why there is no usable CUDA device here, or an empty string when there is one. Cheap after the
 /// first call (the answer is cached).
 const std::string& cuda_unavailable_reason();

@@ -37,6 +37,7 @@ const char* storage_name(blob::Storage storage) {
     case blob::Storage::kWeight: return "Weight";
     case blob::Storage::kInput: return "Input";
     case blob::Storage::kOutput: return "Output";
+    case blob::Storage::kState: return "State";
   }
   return "unknown";
 }
@@ -55,6 +56,7 @@ const char* opcode_name(blob::Opcode opcode) {
     case blob::Opcode::kFill: return "fill";
     case blob::Opcode::kConv2d: return "conv2d";
     case blob::Opcode::kPool2d: return "pool2d";
+    case blob::Opcode::kIndexPut: return "index_put";
   }
   return "unknown opcode";
 }

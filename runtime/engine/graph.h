@@ -118,9 +118,14 @@ struct Pool2dArgs {
   bool count_include_pad;
 };
 
+struct IndexPutArgs {
+  int64_t values, positions, out;  // out is a kState tensor, written in place
+  int64_t outer, dim_size, inner, num_positions;
+};
+
 using OpArgs =
     std::variant<CopyArgs, BinaryArgs, UnaryArgs, WhereArgs, MatmulArgs, SoftmaxArgs, LayerNormArgs,
-                 ReduceArgs, EmbeddingArgs, FillArgs, Conv2dArgs, Pool2dArgs>;
+                 ReduceArgs, EmbeddingArgs, FillArgs, Conv2dArgs, Pool2dArgs, IndexPutArgs>;
 
 struct Op {
   blob::Opcode opcode;

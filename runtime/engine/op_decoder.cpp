@@ -26,6 +26,7 @@ bool tensors_overlap(const Tensor& a, const Tensor& b) {
   switch (a.storage) {
     case blob::Storage::kArena:
     case blob::Storage::kWeight:
+    case blob::Storage::kState:
       return a.offset < b.offset + b.nbytes && b.offset < a.offset + a.nbytes;
     case blob::Storage::kInput:
     case blob::Storage::kOutput: return a.offset == b.offset;  // both start at the bound argument
@@ -236,7 +237,16 @@ class OpDecoder {
     }
     if (written) {
       const blob::Storage s = t(id).storage;
-      if (s != blob::Storage::kArena && s != blob::Storage::kOutput) {
+      // State is the documented exception to "ops never write their inputs": kIndexPut, and
+      // only kIndexPut, writes it in place.
+      const bool state_op = opcode_ == blob::Opcode::kIndexPut;
+      if (state_op && s != blob::Storage::kState) {
+        fail("operand %zu (%s) writes tensor %lld, whose storage is %s; index_put writes only "
+             "State tensors",
+             i, name, ll(id), storage_name(s));
+        return kNoTensor;
+      }
+      if (!state_op && s != blob::Storage::kArena && s != blob::Storage::kOutput) {
         fail(
             "operand %zu (%s) writes tensor %lld, whose storage is %s; ops write only Arena or "
             "Output tensors",
@@ -553,6 +563,34 @@ EmbeddingArgs decode_embedding(OpDecoder& d) {
   return a;
 }
 
+IndexPutArgs decode_index_put(OpDecoder& d) {
+  IndexPutArgs a{};
+  if (!d.expect_count(7, "")) {
+    return a;
+  }
+  a.values = d.input(0, "values");
+  a.positions = d.input(1, "positions");
+  a.out = d.output(2, "out");
+  a.outer = d.integer(3, "outer", 0);
+  a.dim_size = d.integer(4, "dim_size", 0);
+  a.inner = d.integer(5, "inner", 0);
+  a.num_positions = d.integer(6, "num_positions", 0);
+  if (!d.ok()) {
+    return a;
+  }
+  d.require_numel(a.out, "out", d.product("outer * dim_size * inner", {a.outer, a.dim_size, a.inner}),
+                  "outer * dim_size * inner");
+  d.require_numel(a.values, "values",
+                  d.product("outer * num_positions * inner", {a.outer, a.num_positions, a.inner}),
+                  "outer * num_positions * inner");
+  d.require_numel(a.positions, "positions", a.num_positions, "num_positions");
+  const blob::DType pos = d.t(a.positions).dtype;
+  d.require_dtype(a.positions, "positions",
+                  pos == blob::DType::kInt64 || pos == blob::DType::kInt32, "Int64 or Int32");
+  d.require_same_dtype(a.values, "values", a.out, "out");
+  return a;
+}
+
 FillArgs decode_fill(OpDecoder& d) {
   FillArgs a{};
   if (!d.expect_count(2, "")) {
@@ -713,6 +751,7 @@ Result<Op> decode_op(const Graph& graph, size_t index, blob::Opcode opcode, cons
     case blob::Opcode::kFill: op.args = decode_fill(d); break;
     case blob::Opcode::kConv2d: op.args = decode_conv2d(d); break;
     case blob::Opcode::kPool2d: op.args = decode_pool2d(d); break;
+    case blob::Opcode::kIndexPut: op.args = decode_index_put(d); break;
   }
   d.check_output_disjoint();
   if (!d.ok()) {

@@ -79,10 +79,13 @@ class ContractCheck {
     }
   }
 
-  void writable(int64_t id) {
-    if (ok() && this->id(id) && t(id).storage != blob::Storage::kArena &&
-        t(id).storage != blob::Storage::kOutput) {
-      violated("op writes a tensor that is neither Arena nor Output", id);
+  // Only index_put writes State (in place), and it writes nothing else.
+  void writable(int64_t id, bool writes_state) {
+    if (!ok() || !this->id(id)) return;
+    const blob::Storage s = t(id).storage;
+    if (writes_state ? s != blob::Storage::kState
+                     : s != blob::Storage::kArena && s != blob::Storage::kOutput) {
+      violated("op writes a tensor its opcode may not write", id);
     }
   }
 
@@ -192,6 +195,7 @@ inline std::vector<int64_t> reads(const EmbeddingArgs& a) { return {a.weight, a.
 inline std::vector<int64_t> reads(const FillArgs&) { return {}; }
 inline std::vector<int64_t> reads(const Conv2dArgs& a) { return {a.x, a.weight, a.bias}; }
 inline std::vector<int64_t> reads(const Pool2dArgs& a) { return {a.x}; }
+inline std::vector<int64_t> reads(const IndexPutArgs& a) { return {a.values, a.positions}; }
 
 /// Empty when `g` (returned by read_blob for the `size` bytes at `data`) keeps graph.h's promise;
 /// otherwise one sentence naming the first violation.
@@ -230,6 +234,7 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
         }
         break;
       case blob::Storage::kWeight:
+      case blob::Storage::kState:
         if (t.nbytes > 0 && end > wide(g.weights_size)) {
           c.violated("weight tensor past the weights section", static_cast<long long>(i));
         }
@@ -272,7 +277,7 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
       break;
     }
     const int64_t out = std::visit([](const auto& a) { return a.out; }, op.args);
-    c.writable(out);
+    c.writable(out, op.opcode == blob::Opcode::kIndexPut);
     if (c.ok() && c.t(out).storage == blob::Storage::kOutput) written[c.t(out).offset] = true;
 
     if (const auto* a = std::get_if<CopyArgs>(&op.args)) {
@@ -359,6 +364,10 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
       if (h < 0 || w < 0 || h / a->stride_h + 1 != a->h_out || w / a->stride_w + 1 != a->w_out) {
         c.violated("conv2d output size", a->h_out, a->w_out);
       }
+    } else if (const auto* a = std::get_if<IndexPutArgs>(&op.args)) {
+      c.numel(a->out, product({a->outer, a->dim_size, a->inner}), "index_put out numel");
+      c.numel(a->values, product({a->outer, a->num_positions, a->inner}), "index_put values numel");
+      c.numel(a->positions, product({a->num_positions}), "index_put positions numel");
     } else if (const auto* a = std::get_if<Pool2dArgs>(&op.args)) {
       c.numel(a->x, product({a->n, a->c, a->h, a->w}), "pool2d x numel");
       c.numel(a->out, product({a->n, a->c, a->h_out, a->w_out}), "pool2d out numel");
@@ -381,7 +390,8 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
                                             o.storage == blob::Storage::kOutput) &&
                                            o.offset == in.offset;
                 const bool bytes_overlap =
-                    (o.storage == blob::Storage::kArena || o.storage == blob::Storage::kWeight) &&
+                    (o.storage == blob::Storage::kArena || o.storage == blob::Storage::kWeight ||
+                     o.storage == blob::Storage::kState) &&
                     wide(o.offset) < wide(in.offset) + wide(in.nbytes) &&
                     wide(in.offset) < wide(o.offset) + wide(o.nbytes);
                 if (same_argument || bytes_overlap) c.violated("output overlaps an input", r, out);

@@ -23,6 +23,7 @@ TEST(RunnerOptions, DefaultsToForwardOneRunEightValues) {
   EXPECT_EQ(o.runs.size(), 1u);
   EXPECT_EQ(o.values, 8u);
   EXPECT_EQ(o.iterations, 0);
+  EXPECT_FALSE(o.copy_stats);
 }
 
 TEST(RunnerOptions, ParsesEveryOption) {
@@ -30,7 +31,7 @@ TEST(RunnerOptions, ParsesEveryOption) {
   std::string e;
   ASSERT_TRUE(parse({"m.pte", "--method", "encode", "--input", "0=a.bin", "--input", "1=b.bin",
                      "--shape", "0=3,256", "--next", "--input", "0=c.bin", "--iterations", "10",
-                     "--warmup", "2", "--output-dir", "out", "--values", "3"},
+                     "--warmup", "2", "--output-dir", "out", "--values", "3", "--copy-stats"},
                     o, e))
       << e;
   EXPECT_EQ(o.method, "encode");
@@ -43,6 +44,7 @@ TEST(RunnerOptions, ParsesEveryOption) {
   EXPECT_EQ(o.warmup, 2);
   EXPECT_EQ(o.output_dir, "out");
   EXPECT_EQ(o.values, 3u);
+  EXPECT_TRUE(o.copy_stats);
 }
 
 TEST(RunnerOptions, RejectsMalformedArguments) {

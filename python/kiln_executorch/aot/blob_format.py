@@ -74,6 +74,7 @@ class Storage(IntEnum):
     WEIGHT = 1
     INPUT = 2
     OUTPUT = 3
+    STATE = 4
 
 
 class Precision(IntEnum):
@@ -96,6 +97,7 @@ class Opcode(IntEnum):
     FILL = 10
     CONV2D = 11
     POOL2D = 12
+    INDEX_PUT = 13
 
 
 class BinaryKind(IntEnum):
@@ -190,6 +192,8 @@ OPERAND_LAYOUTS = {
     Opcode.POOL2D: ("n kind(PoolKind)", "t x", "t out", "n N", "n C", "n H", "n W", "n kH", "n kW",
                     "n stride_h", "n stride_w", "n pad_h", "n pad_w", "n dil_h", "n dil_w",
                     "n H_out", "n W_out", "n count_include_pad"),
+    Opcode.INDEX_PUT: ("t values", "t positions", "t out", "n outer", "n dim_size", "n inner",
+                       "n num_positions"),
 }
 
 

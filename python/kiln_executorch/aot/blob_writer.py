@@ -2,7 +2,8 @@
 
 write_blob lays the sections out in the header's order, each 8-byte aligned, the weights section
 and every weight in it 64-byte aligned. Views are written as their own TensorRecords pointing at
-their root tensor's storage and offset. Identical weights are stored once.
+their root tensor's storage and offset. Identical weights are stored once; the initial value of
+each state tensor is stored on its own (its offset is the state's identity in the blob).
 
 read_blob is the inverse for tests and tools; it checks the structure enough to interpret the blob
 safely and raises ValueError naming the offending field. The engine's C++ reader is the one that
@@ -24,10 +25,10 @@ def write_blob(graph: Graph) -> bytes:
     weight_offsets = {}     # root tensor id -> offset in the weights section
     by_content = {}
     for t in graph.tensors:
-        if t.storage != bf.Storage.WEIGHT or t.alias_of is not None:
+        if t.storage not in (bf.Storage.WEIGHT, bf.Storage.STATE) or t.alias_of is not None:
             continue
         raw = t.data.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        key = (t.dtype, raw)
+        key = (t.dtype, raw) if t.storage == bf.Storage.WEIGHT else ("state", t.id)
         if key not in by_content:
             by_content[key] = _align(len(weights), bf.WEIGHT_ALIGNMENT)
             weights.extend(b"\0" * (by_content[key] - len(weights)))
@@ -39,7 +40,8 @@ def write_blob(graph: Graph) -> bytes:
         if len(t.shape) > bf.MAX_RANK:
             raise ValueError(f"tensor {t.id} ({t.name}) has rank {len(t.shape)} > {bf.MAX_RANK}")
         root = graph.tensors[graph.root(t.id)]
-        offset = weight_offsets[root.id] if root.storage == bf.Storage.WEIGHT else root.offset
+        offset = weight_offsets[root.id] if root.storage in (bf.Storage.WEIGHT, bf.Storage.STATE) \
+            else root.offset
         sizes = list(t.shape) + [0] * (bf.MAX_RANK - len(t.shape))
         records += bf.TENSOR_RECORD.pack(bf.DTYPES[t.dtype], len(t.shape), *sizes, root.storage, 0,
                                          offset, t.nbytes)
@@ -119,7 +121,7 @@ def read_blob(blob: bytes, weights: bytes = None) -> Graph:
         t = Tensor(i, bf.TORCH_DTYPES[bf.DType(dtype)], tuple(sizes[:rank]), bf.Storage(storage),
                    offset)
         _check(nbytes == t.nbytes, f"tensor {i} nbytes {nbytes} != {t.nbytes}")
-        if t.storage == bf.Storage.WEIGHT:
+        if t.storage in (bf.Storage.WEIGHT, bf.Storage.STATE):
             _check(offset + nbytes <= len(weights), f"tensor {i} weight extent")
             raw = bytearray(weights[offset:offset + nbytes])
             t.data = torch.frombuffer(raw, dtype=t.dtype).reshape(t.shape) if nbytes else \

@@ -21,9 +21,9 @@ class Tensor:
     shape: tuple
     storage: Storage = Storage.ARENA
     # kInput/kOutput: delegate argument index; kArena: byte offset set by the memory planner;
-    # kWeight: byte offset set by the blob writer.
+    # kWeight, kState: byte offset (of the initial value) set by the blob writer.
     offset: int = 0
-    data: Optional[torch.Tensor] = None     # contents of a weight, contiguous, of `dtype`
+    data: Optional[torch.Tensor] = None     # a weight's contents or a state's initial value
     alias_of: Optional[int] = None          # a view: shares the storage of this tensor id
     name: str = ""
 
@@ -73,6 +73,11 @@ class Graph:
     def add_weight(self, data, name=""):
         data = data.detach().contiguous()
         return self.add_tensor(data.dtype, data.shape, storage=Storage.WEIGHT, data=data, name=name)
+
+    def add_state(self, initial, name=""):
+        """Program state (a mutated buffer) that persists across runs, starting as `initial`."""
+        data = initial.detach().contiguous().clone()
+        return self.add_tensor(data.dtype, data.shape, storage=Storage.STATE, data=data, name=name)
 
     def add_alias(self, base, shape, name=""):
         """A tensor with another shape over the same bytes as `base` (a contiguous view)."""

@@ -26,6 +26,11 @@ Delegate inputs are the partition's user-input placeholders in graph-signature o
 order ExecuTorch passes them to the delegate (executorch_call_delegate's args); parameters,
 buffers and lifted constants tagged into the partition become weights. Outputs follow the
 partition's output node.
+
+Mutated buffers tagged into the partition (the partitioner does this for KV caches) become kState
+tensors that start as the buffer's value at export; the index_put that updates one is a kIndexPut
+writing the state in place, and its result is the state itself. The partition's BUFFER_MUTATION
+outputs are therefore not delegate outputs: each must be the state it names.
 """
 
 import math
@@ -33,7 +38,7 @@ import operator
 
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .blob_format import (ARENA_ALIGNMENT, BinaryKind, Epilogue, Opcode, PoolKind, Precision,
                           ReduceKind, Storage, UnaryKind, tensor_fields)
@@ -196,10 +201,17 @@ class _Lowering:
         sig = self.ep.graph_signature
         user_inputs = list(sig.user_inputs)
         specs = {s.arg.name: s for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
+        mutated = set(sig.buffers_to_mutate.values())
+        states = {}
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
-                if node.name in specs:
-                    self.const[node] = self._state(specs[node.name])
+                spec = specs.get(node.name)
+                if spec is not None and spec.kind == InputKind.BUFFER and spec.target in mutated:
+                    self.tid[node] = states[spec.target] = self.g.add_state(
+                        self._state(spec), name=spec.target)
+                    continue
+                if spec is not None:
+                    self.const[node] = self._state(spec)
                     continue
                 v = val(node)
                 if not isinstance(v, torch.Tensor):
@@ -211,8 +223,20 @@ class _Lowering:
             elif node.op == "call_function":
                 self._lower(node)
             elif node.op == "output":
-                self.g.outputs = [self.tensor(n) for n in node.args[0]]
+                self._outputs(node.args[0], sig.output_specs, states)
         return self.g
+
+    def _outputs(self, values, specs, states):
+        if len(values) != len(specs):
+            raise KilnLoweringError(f"{len(values)} outputs but {len(specs)} output specs")
+        for n, spec in zip(values, specs):
+            if spec.kind != OutputKind.BUFFER_MUTATION:
+                self.g.outputs.append(self.tensor(n))
+                continue
+            state = states.get(spec.target)
+            if state is None or self.g.root(self.tensor(n)) != state:
+                raise KilnLoweringError(f"buffer {spec.target} takes the value of {n.name}, which "
+                                        "is not the buffer updated in place")
 
     def _state(self, spec):
         target = spec.target
@@ -661,6 +685,22 @@ def _embedding(self, node):
     return out
 
 
+def _index_put(self, node):
+    """Writes the rows into the state tensor in place; the node's value is the state."""
+    args = arguments(node)
+    state = self.tensor(args["self"])
+    if self.g.tensors[state].storage != Storage.STATE:
+        raise KilnLoweringError(f"{node.name}: index_put into {args['self'].name}, which is not "
+                                "a buffer the delegate owns")
+    (dim, positions), = [(d, i) for d, i in enumerate(args["indices"]) if i is not None]
+    shape = _shape(args["self"])
+    self.g.add_op(Opcode.INDEX_PUT, values=self.tensor(args["values"]),
+                  positions=self.tensor(positions), out=state, outer=math.prod(shape[:dim]),
+                  dim_size=shape[dim], inner=math.prod(shape[dim + 1:]),
+                  num_positions=_shape(positions)[0])
+    return state
+
+
 LOWERINGS = {
     aten.add.Tensor: _binary(BinaryKind.ADD), aten.add.Scalar: _binary(BinaryKind.ADD),
     aten.sub.Tensor: _binary(BinaryKind.SUB), aten.sub.Scalar: _binary(BinaryKind.SUB),
@@ -740,6 +780,7 @@ LOWERINGS = {
     aten.any.dim: _reduction(ReduceKind.ANY),
     aten.any.dims: _reduction(ReduceKind.ANY),
     aten.embedding.default: _embedding,
+    aten.index_put.default: _index_put,
 }
 
 
@@ -751,8 +792,10 @@ def _readers(g, root):
 
 def eliminate_dead_ops(g):
     """Drops ops whose result no output depends on (e.g. a convolution's original weights after
-    batch-norm folding leave no op behind, but a transposition read in place by a matmul does)."""
-    needed = {g.root(t) for t in g.outputs}
+    batch-norm folding leave no op behind, but a transposition read in place by a matmul does).
+    State is needed: the next run reads it."""
+    needed = {g.root(t) for t in g.outputs} | {t.id for t in g.tensors
+                                               if t.storage == Storage.STATE}
     live = []
     for op in reversed(g.ops):
         if g.root(op.out) in needed:

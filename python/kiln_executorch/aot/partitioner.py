@@ -17,13 +17,13 @@ import torch
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .lowering import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
 from .dynamic import is_sym_node, node_symbols, variant_count
-from .supported_ops import CONSTANT_ONLY, VIEWS, aten_op, check_node
+from .supported_ops import CONSTANT_ONLY, STATE_UPDATES, VIEWS, aten_op, check_node
 
 
 class NodeDecision(NamedTuple):
@@ -39,6 +39,12 @@ class _Context:
         self.range_constraints = getattr(ep, "range_constraints", None) or {}
         sig = ep.graph_signature
         mutated = set(sig.buffers_to_mutate.values())
+        # Mutated-buffer placeholder -> the node whose value the buffer takes after the graph.
+        nodes = {n.name: n for n in ep.graph.nodes}
+        source = {s.target: nodes.get(s.arg.name) for s in sig.output_specs
+                  if s.kind == OutputKind.BUFFER_MUTATION}
+        self.updates = {nodes[s.arg.name]: source.get(s.target) for s in sig.input_specs
+                        if s.kind == InputKind.BUFFER and s.target in mutated}
         constant_inputs = {s.arg.name for s in sig.input_specs
                            if s.kind in (InputKind.PARAMETER, InputKind.BUFFER,
                                          InputKind.CONSTANT_TENSOR) and s.target not in mutated}
@@ -59,6 +65,10 @@ class _Context:
 
     def is_constant(self, node):
         return node in self.constants
+
+    def buffer_update(self, node):
+        """For a mutated buffer's placeholder, the node computing its new value; else None."""
+        return self.updates.get(node)
 
 
 class _Support(OperatorSupportBase):
@@ -139,9 +149,19 @@ class KilnPartitioner(Partitioner):
             partition_tags[tag] = self.delegation_spec
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
+        # A buffer updated by a claimed index_put becomes state the delegate owns: its
+        # placeholder joins the partition, and ExecuTorch then hands the delegate the buffer and
+        # its mutation (the lowered program's BUFFER / BUFFER_MUTATION specs). This is what
+        # executorch's tag_mutated_buffer does, narrowed to buffers whose only reader and whose
+        # new value are that index_put (supported_ops._index_put checks both), so a buffer is
+        # never owned by a delegate that does not also compute its update.
+        for placeholder, update in ctx.updates.items():
+            tag = update.meta.get("delegation_tag") if update is not None else None
+            if tag is not None and aten_op(update) in STATE_UPDATES:
+                placeholder.meta["delegation_tag"] = tag
         # Parameters and constants a partition reads move into its blob (ExecuTorch duplicates
-        # one that several partitions read); mutated buffers are left out: they stay program
-        # state and reach the delegate as inputs.
+        # one that several partitions read); other mutated buffers are left out: they stay
+        # program state and reach the delegate as inputs.
         tag_constant_data(exported_program)
         if self.device_resident:
             _check_device_resident(exported_program)

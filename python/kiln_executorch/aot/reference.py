@@ -5,7 +5,10 @@ the blob says: one arena buffer of arena_size bytes (poisoned with 0xFF before t
 of bytes nobody wrote shows up as NaN), the weights section, and the caller's input and output
 buffers. It also enforces the format's rules that the GPU engine relies on: an op never writes a
 tensor it reads (byte ranges may not overlap), never writes inputs or weights, and every arena
-tensor it reads was last written as that same tensor (catches memory-planning mistakes).
+tensor it reads was last written as that same tensor (catches memory-planning mistakes). State
+tensors (kState) live in buffers of their own that start as their initial value; only kIndexPut
+writes them. `ReferenceEngine` keeps that state across runs, as the engine does; `run_blob` runs
+once on fresh state.
 
 Floating math runs in `compute_dtype` (float64 by default, the oracle the fp32 engine is held to;
 float32 mirrors the engine's own arithmetic); results are rounded to each output's dtype.
@@ -29,8 +32,8 @@ import torch.nn.functional as F
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .blob_format import (BinaryKind, Epilogue, PoolKind, ReduceKind, Storage, UnaryKind,
-                          tensor_fields)
+from .blob_format import (BinaryKind, Epilogue, Opcode, PoolKind, ReduceKind, Storage,
+                          UnaryKind, tensor_fields)
 from .blob_writer import is_variant_set, read_blob, read_variant_set
 
 _ARITHMETIC = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
@@ -55,6 +58,42 @@ def run_blob(blob: bytes, inputs, compute_dtype=torch.float64):
         raise ValueError(f"no variant serves input shapes {actual}; the variant set serves "
                          f"{[s for _, s in variants]}")
     return _Machine(read_blob(blob), inputs, compute_dtype).run()
+
+
+class ReferenceEngine:
+    """A blob loaded once and run many times: its state tensors keep what each run wrote, as
+    the engine's device state does. A run that fails leaves what the ops before the failing one
+    wrote (the engine does the same)."""
+
+    def __init__(self, blob: bytes, compute_dtype=torch.float64):
+        self.graph = read_blob(blob)
+        self.fp = compute_dtype
+        self.buffers = _initial_state(self.graph)
+
+    def run(self, inputs):
+        return _Machine(self.graph, inputs, self.fp, self.buffers).run()
+
+    def states(self):
+        """The current value of every state, in the order the blob declares them."""
+        found = []
+        for t in self.graph.tensors:
+            if t.storage == Storage.STATE and t.offset in self.buffers and \
+                    all(other.offset != t.offset for other in found):
+                found.append(t)
+        return [self.buffers[t.offset][:t.nbytes].view(t.dtype).reshape(t.shape).clone()
+                for t in found]
+
+
+def _initial_state(graph):
+    """{offset: bytes} for every state, from the initial values in the weights section."""
+    buffers = {}
+    for t in graph.tensors:
+        if t.storage != Storage.STATE:
+            continue
+        data = t.data.reshape(-1).view(torch.uint8)
+        if t.offset not in buffers or buffers[t.offset].numel() < data.numel():
+            buffers[t.offset] = data.clone()
+    return buffers
 
 
 def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
@@ -88,9 +127,10 @@ def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
 
 
 class _Machine:
-    def __init__(self, graph, inputs, compute_dtype):
+    def __init__(self, graph, inputs, compute_dtype, state=None):
         self.g = graph
         self.fp = compute_dtype
+        self.state = _initial_state(graph) if state is None else state
         if len(inputs) != len(graph.inputs):
             raise ValueError(f"blob takes {len(graph.inputs)} inputs, got {len(inputs)}")
         self.arena = torch.full((graph.arena_size,), 0xFF, dtype=torch.uint8)
@@ -115,6 +155,8 @@ class _Machine:
             return self.arena[t.offset:t.offset + t.nbytes]
         if t.storage == Storage.WEIGHT:
             return t.data.reshape(-1).view(torch.uint8)
+        if t.storage == Storage.STATE:
+            return self.state[t.offset][:t.nbytes]
         bufs = self.input_bufs if t.storage == Storage.INPUT else self.output_bufs
         if t.offset not in bufs or bufs[t.offset].numel() < t.nbytes:
             raise BlobExecutionError(f"tensor {tid}: no {t.storage.name} binding {t.offset} of "
@@ -185,6 +227,10 @@ class _Machine:
         if storage in (Storage.INPUT, Storage.WEIGHT):
             raise BlobExecutionError(f"op {i} ({op.opcode.name}) writes {storage.name} "
                                      f"tensor {out}")
+        # State is written in place, by kIndexPut only, and kIndexPut writes only state.
+        if (storage == Storage.STATE) != (op.opcode == Opcode.INDEX_PUT):
+            raise BlobExecutionError(f"op {i} ({op.opcode.name}) writes {storage.name} tensor "
+                                     f"{out}; only INDEX_PUT writes state, and only state")
         buf, start, end = self._extent(out)
         for name in tensor_fields(op.opcode):
             tid = op.operands[name]
@@ -300,6 +346,19 @@ class _Machine:
             raise BlobExecutionError(f"embedding index {int(idx[bad][0])} outside [0, {vocab})")
         w = self.read(weight)[:vocab * dim].reshape(vocab, dim)
         self.write(out, None, w[idx])
+
+    def _index_put(self, values, positions, out, outer, dim_size, inner, num_positions):
+        pos = self.read(positions).to(torch.int64)[:num_positions]
+        bad = (pos < 0) | (pos >= dim_size)
+        if bool(bad.any()):
+            raise BlobExecutionError(f"index_put position {int(pos[bad][0])} outside "
+                                     f"[0, {dim_size})")
+        v = self.read(values)
+        if v.numel() != outer * num_positions * inner:
+            raise BlobExecutionError(f"index_put values have {v.numel()} elements, operands say "
+                                     f"{outer * num_positions * inner}")
+        rows = (torch.arange(outer).reshape(outer, 1, 1) * dim_size + pos.reshape(1, -1, 1)) * inner
+        self.write(out, (rows + torch.arange(inner).reshape(1, 1, inner)).reshape(-1), v)
 
     def _fill(self, out, value):
         self.write(out, None, torch.full((self.g.tensors[out].numel,), value, dtype=self.fp))

@@ -11,6 +11,7 @@ a test keeps the two key sets equal.
 constants and what is computed from them only); constant nodes are evaluated by the builder.
 """
 
+import math
 import operator
 
 import torch
@@ -314,6 +315,41 @@ def _embedding(node, ctx):
     return None if _dtype(weight) in FLOAT else f"embedding weight dtype {_dtype(weight)}"
 
 
+def _index_put(node, ctx):
+    """The KV-cache write: rows of a mutated buffer replaced at positions a 1-D integer tensor
+    gives along one dim, the result being the buffer's new value. Kiln then owns the buffer as
+    state on the device (the partitioner tags it into the partition)."""
+    args = arguments(node)
+    state, indices, values = args["self"], args["indices"], args["values"]
+    if args["accumulate"]:
+        return "index_put with accumulate=True (Kiln replaces rows, it does not add to them)"
+    update = getattr(ctx, "buffer_update", None)
+    if update is None or update(state) is not node:
+        return ("index_put whose result is not the new value of the program buffer it indexes: "
+                "Kiln runs index_put only as an in-place state update (e.g. a KV cache)")
+    if len(state.users) != 1:
+        return (f"buffer {state.name} is also read before its update; Kiln writes it in place, so "
+                "every reader must read the updated value")
+    tensors = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(tensors) != 1:
+        return f"index_put with {len(tensors)} index tensors: Kiln writes along exactly one dim"
+    dim, positions = tensors[0]
+    if not isinstance(positions, torch.fx.Node) or val(positions).dim() != 1 or \
+            _dtype(positions) not in INT:
+        return "the positions must be a 1-D Int64 or Int32 tensor"
+    if not isinstance(values, torch.fx.Node):
+        return f"values {values!r} is not a tensor"
+    target = list(val(state).shape)
+    target[dim] = val(positions).shape[0]
+    shape = tuple(val(values).shape)
+    if _dtype(values) != _dtype(state):
+        return f"values dtype {_dtype(values)} differs from the buffer's {_dtype(state)}"
+    if math.prod(shape) != math.prod(target) or \
+            tuple(torch.broadcast_shapes(shape, tuple(target))) != tuple(target):
+        return f"values of shape {list(shape)} for rows of shape {target} (no broadcasting)"
+    return None
+
+
 def _constant_only(node, ctx):
     """Creation ops: Kiln computes them ahead of time, which static shapes always allow."""
     return None
@@ -410,6 +446,8 @@ REDUCTIONS = {
     aten.any.dims: _any_input,
 }
 EMBEDDING = {aten.embedding.default: _embedding}
+# Writes into program state (mutated buffers the delegate owns).
+STATE_UPDATES = {aten.index_put.default: _index_put}
 # Evaluated by the builder and stored as constants; never an op in the blob.
 CONSTANT_ONLY = {
     aten.full.default: _constant_only,
@@ -427,15 +465,15 @@ CONSTANT_ONLY = {
 SHAPE_ONLY = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.default}
 
 SUPPORTED_OPS = {**ELEMENTWISE_BINARY, **ELEMENTWISE_UNARY, **MATMUL, **VIEWS, **DATA_MOVEMENT,
-                 **NORMALIZATION, **SPATIAL, **REDUCTIONS, **EMBEDDING, **CONSTANT_ONLY}
+                 **NORMALIZATION, **SPATIAL, **REDUCTIONS, **EMBEDDING, **STATE_UPDATES,
+                 **CONSTANT_ONLY}
 
 # Deliberately absent, with the reason explain() gives.
 NOT_SUPPORTED = {
     aten.erfinv.default: "erfinv stays on ExecuTorch's CPU kernels: its error grows without "
                          "bound near |x| = 1, where a GPU approximation is not yet trusted",
-    aten.index_put.default: "index_put scatters into program state (e.g. a KV cache); state "
-                            "updates stay with ExecuTorch",
-    aten.copy_.default: "copy_ mutates program state, which stays with ExecuTorch",
+    aten.copy_.default: "copy_ writes back program state after the graph (to_executorch adds it); "
+                        "Kiln updates the state it owns with index_put",
 }
 
 

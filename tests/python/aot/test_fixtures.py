@@ -38,7 +38,7 @@ EXPECTED = {
     "embedding_lm": (1, []),
     "multi_method.forward": (1, []),
     "multi_method.encode": (1, []),
-    "kv_cache_decode": (2, ["aten::index_put.out", "aten::copy_"]),
+    "kv_cache_decode": (1, []),   # the caches are state inside the delegate
 }
 
 

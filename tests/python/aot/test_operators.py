@@ -222,19 +222,30 @@ def test_refused_operators_say_why(fn, inputs, op, reason):
     assert any(reason in r for r in reasons), reasons
 
 
-def test_index_put_and_copy_stay_on_cpu():
+def test_index_put_is_claimed_only_as_an_in_place_buffer_update():
     class Cache(nn.Module):
-        def __init__(self):
+        def __init__(self, accumulate=False):
             super().__init__()
+            self.accumulate = accumulate
             self.register_buffer("cache", torch.zeros(4, 5))
 
         def forward(self, x, pos):
-            self.cache.index_copy_(0, pos, x)
+            if self.accumulate:
+                self.cache.index_put_((pos,), x, accumulate=True)
+            else:
+                self.cache.index_copy_(0, pos, x)
             return self.cache * 2
 
     found = decisions(Cache(), (randn(1, 5), torch.tensor([2])))
-    assert "index_put scatters into program state" in refused(found, "aten.index_put.default")[0]
+    assert refused(found, "aten.index_put.default") == []
     assert refused(found, "aten.mul.Tensor") == []
+    found = decisions(Cache(accumulate=True), (randn(1, 5), torch.tensor([2])))
+    assert "accumulate=True" in refused(found, "aten.index_put.default")[0]
+    # A functional index_put on a user tensor is not program state: ExecuTorch keeps it.
+    found = decisions(Fn(lambda m, t, x, pos: torch.index_put(t, (pos,), x)),
+                      (randn(4, 5), randn(1, 5), torch.tensor([2])))
+    assert "not the new value of the program buffer" in \
+        refused(found, "aten.index_put.default")[0]
 
 
 def test_bounded_symbolic_shapes_are_claimed():

@@ -163,3 +163,61 @@ def test_unwritten_output_reads_as_nan():
              in_strides=[1], out_offset=0, out_strides=[1])
     (y,) = run(g, [x])
     assert torch.equal(y[:2], x[:2]) and all(math.isnan(v) for v in y[2:].tolist())
+
+
+def state_graph(initial, values_shape, positions_dtype, num_positions):
+    """state <- values at positions (rows of dim 1 of [outer, len, inner]); out = the state."""
+    outer, length, inner = initial.shape
+    values = torch.zeros(values_shape)
+    positions = torch.zeros(num_positions, dtype=positions_dtype)
+    g = graph_io([values, positions], [(initial.dtype, initial.shape)])
+    state = g.add_state(initial, name="cache")
+    g.add_op(Opcode.INDEX_PUT, values=g.inputs[0], positions=g.inputs[1], out=state, outer=outer,
+             dim_size=length, inner=inner, num_positions=num_positions)
+    n = initial.numel()
+    g.add_op(Opcode.COPY, x=state, out=g.outputs[0], rank=1, sizes=[n], in_offset=0,
+             in_strides=[1], out_offset=0, out_strides=[1])
+    return g
+
+
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32])
+def test_index_put_writes_rows_into_state_that_persists(positions_dtype):
+    from kiln_executorch.aot.reference import ReferenceEngine
+    initial = torch.randn(3, 6, 4, generator=gen)
+    engine = ReferenceEngine(write_blob(state_graph(initial, (3, 2, 4), positions_dtype, 2)))
+    want = initial.clone()
+    for positions in ([0, 5], [2, 3], [5, 1]):
+        values = torch.randn(3, 2, 4, generator=gen)
+        (out,) = engine.run([values, torch.tensor(positions, dtype=positions_dtype)])
+        want[:, positions, :] = values
+        assert torch.equal(out, want)
+        assert torch.equal(engine.states()[0], want)
+    # run_blob starts from the initial value every time.
+    values = torch.randn(3, 2, 4, generator=gen)
+    (out,) = run_blob(write_blob(state_graph(initial, (3, 2, 4), positions_dtype, 2)),
+                      [values, torch.tensor([1, 2], dtype=positions_dtype)])
+    fresh = initial.clone()
+    fresh[:, [1, 2], :] = values
+    assert torch.equal(out, fresh)
+
+
+@pytest.mark.parametrize("position", [6, -1])
+def test_index_put_rejects_positions_outside_the_state(position):
+    from kiln_executorch.aot.reference import ReferenceEngine
+    initial = torch.randn(2, 6, 4, generator=gen)
+    engine = ReferenceEngine(write_blob(state_graph(initial, (2, 1, 4), torch.int64, 1)))
+    with pytest.raises(BlobExecutionError, match=f"index_put position {position} outside"):
+        engine.run([torch.randn(2, 1, 4, generator=gen), torch.tensor([position])])
+    assert torch.equal(engine.states()[0], initial)
+
+
+def test_index_put_writes_only_state_and_only_index_put_writes_it():
+    initial = torch.randn(2, 6, 4, generator=gen)
+    g = state_graph(initial, (2, 1, 4), torch.int64, 1)
+    g.ops[0].operands["out"] = g.outputs[0]             # index_put into an output
+    with pytest.raises(BlobExecutionError, match="only INDEX_PUT writes state, and only state"):
+        run(g, [torch.randn(2, 1, 4), torch.tensor([0])])
+    g = state_graph(initial, (2, 1, 4), torch.int64, 1)
+    g.add_op(Opcode.FILL, out=g.ops[0].operands["out"], value=1.0)   # fill into the state
+    with pytest.raises(BlobExecutionError, match="only INDEX_PUT writes state"):
+        run(g, [torch.randn(2, 1, 4), torch.tensor([0])])

@@ -78,6 +78,22 @@ class BlobBuilder {
     return id;
   }
 
+  /// Program state starting as `data` (numel elements of `dtype`), stored on its own in the
+  /// weights section as the AOT writer stores it.
+  int64_t state(DType dtype, const Sizes& sizes, const void* data) {
+    const int64_t id = weight(dtype, sizes, data);
+    tensors[id].storage = static_cast<uint32_t>(blob::Storage::kState);
+    return id;
+  }
+
+  /// Another record over the bytes of `base` (a view), with its own shape.
+  int64_t view(int64_t base, const Sizes& sizes) {
+    const blob::TensorRecord r = tensors[base];
+    const int64_t id = add(static_cast<DType>(r.dtype), sizes, static_cast<blob::Storage>(r.storage),
+                           r.offset);
+    return id;
+  }
+
   void op(blob::Opcode opcode, std::initializer_list<int64_t> list) {
     op(opcode, std::vector<int64_t>(list));
   }
@@ -162,6 +178,11 @@ class BlobBuilder {
   }
 
   void fill(int64_t out, double value) { op(blob::Opcode::kFill, {out, f(value)}); }
+
+  void index_put(int64_t values, int64_t positions, int64_t out, int64_t outer, int64_t dim_size,
+                 int64_t inner, int64_t num_positions) {
+    op(blob::Opcode::kIndexPut, {values, positions, out, outer, dim_size, inner, num_positions});
+  }
 
   struct Conv2d {
     int64_t x, weight, bias = -1, out;

@@ -350,7 +350,7 @@ TEST(BlobReader, BadTensorRecordsNameTheTensorAndField) {
       {"negative size", [](blob::TensorRecord& r) { r.sizes[1] = -2; }, "sizes[1] is -2"},
       {"size past rank", [](blob::TensorRecord& r) { r.sizes[5] = 3; }, "sizes[5] is 3 beyond"},
       {"nbytes", [](blob::TensorRecord& r) { r.nbytes += 4; }, "nbytes is"},
-      {"unknown storage", [](blob::TensorRecord& r) { r.storage = 4; }, "storage 4"},
+      {"unknown storage", [](blob::TensorRecord& r) { r.storage = 5; }, "storage 5"},
       {"reserved", [](blob::TensorRecord& r) { r.reserved = 1; }, "reserved is 1"},
       {"numel overflow",
        [](blob::TensorRecord& r) {
@@ -442,7 +442,7 @@ TEST(BlobReader, ArgumentViewsMustFitTheArgument) {
 }
 
 TEST(BlobReader, UnknownOpcodeFails) {
-  for (uint32_t opcode : {0u, 13u, 0xFFFFFFFFu}) {
+  for (uint32_t opcode : {0u, 14u, 0xFFFFFFFFu}) {
     BlobBuilder b = kitchen_sink();
     b.ops[4].opcode = opcode;
     EXPECT_TRUE(
@@ -698,6 +698,90 @@ TEST(BlobReader, SurvivesRandomOperandsAndTruncation) {
     EXPECT_TRUE(r.ok() || !why.empty());
   }
   g_log.clear();
+}
+
+// --- Program state (kState) and kIndexPut. ---
+
+struct StateBlob {
+  BlobBuilder b;
+  int64_t cache, values, pos, view, out;
+};
+
+// cache [2, 8, 4] state <- values [2, 1, 4] at pos; out = a copy of the cache (through a view).
+StateBlob state_blob() {
+  StateBlob s;
+  const std::vector<float> zeros(2 * 8 * 4, 0.0f);
+  s.cache = s.b.state(DType::kFloat32, {2, 8, 4}, zeros.data());
+  s.values = s.b.input(DType::kFloat32, {2, 1, 4});
+  s.pos = s.b.input(DType::kInt64, {1});
+  s.view = s.b.view(s.cache, {16, 4});
+  s.out = s.b.output(DType::kFloat32, {16, 4});
+  s.b.index_put(s.values, s.pos, s.cache, 2, 8, 4, 1);
+  s.b.copy(s.view, s.out, {64}, 0, {1}, 0, {1});
+  return s;
+}
+
+TEST(BlobReader, StateAndIndexPutRoundTrip) {
+  StateBlob s = state_blob();
+  const Bytes bytes = s.b.build();
+  std::string why;
+  auto g = read_blob(bytes.data(), bytes.size(), &why);
+  ASSERT_TRUE(g.ok()) << why;
+  EXPECT_EQ(g->tensors[s.cache].storage, blob::Storage::kState);
+  EXPECT_EQ(g->tensors[s.view].storage, blob::Storage::kState);
+  ASSERT_EQ(g->ops[0].opcode, blob::Opcode::kIndexPut);
+  const auto& a = std::get<IndexPutArgs>(g->ops[0].args);
+  EXPECT_EQ(a.values, s.values);
+  EXPECT_EQ(a.positions, s.pos);
+  EXPECT_EQ(a.out, s.cache);
+  EXPECT_EQ(a.outer, 2);
+  EXPECT_EQ(a.dim_size, 8);
+  EXPECT_EQ(a.inner, 4);
+  EXPECT_EQ(a.num_positions, 1);
+  EXPECT_STREQ(storage_name(blob::Storage::kState), "State");
+  EXPECT_STREQ(opcode_name(blob::Opcode::kIndexPut), "index_put");
+}
+
+TEST(BlobReader, IndexPutWritesOnlyState) {
+  StateBlob s = state_blob();
+  const int64_t arena = s.b.arena(DType::kFloat32, {2, 8, 4});
+  s.b.operands[operand_at(s.b, 0, 2)] = arena;
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "index_put writes only State"));
+}
+
+TEST(BlobReader, OnlyIndexPutWritesState) {
+  StateBlob s = state_blob();
+  s.b.fill(s.cache, 1.0);
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "whose storage is State"));
+}
+
+TEST(BlobReader, IndexPutChecksShapesAndDtypes) {
+  StateBlob s = state_blob();
+  s.b.operands[operand_at(s.b, 0, 4)] = 7;  // dim_size disagrees with the cache
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "outer * dim_size * inner"));
+  s = state_blob();
+  s.b.operands[operand_at(s.b, 0, 6)] = 2;  // two positions, one-element positions tensor
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "values (tensor"));
+  s = state_blob();
+  s.b.tensors[s.pos].dtype = static_cast<uint32_t>(DType::kFloat32);
+  s.b.tensors[s.pos].nbytes = 4;
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "Int64 or Int32"));
+}
+
+TEST(BlobReader, StateInitialValuesMustFitAndNotOverlap) {
+  StateBlob s = state_blob();
+  s.b.tensors[s.cache].offset = 64;  // past the weights section
+  s.b.tensors[s.view].offset = 64;
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "past the weights section"));
+  s = state_blob();
+  const std::vector<float> more(64, 1.0f);
+  const int64_t second = s.b.state(DType::kFloat32, {64}, more.data());
+  s.b.tensors[second].offset = 128;  // inside the first state's bytes
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "overlap without being the same state"));
+  s = state_blob();
+  s.b.tensors[s.view].sizes[0] = 8;  // same offset, another size
+  s.b.tensors[s.view].nbytes = 8 * 4 * 4;
+  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "overlap without being the same state"));
 }
 
 }  // namespace

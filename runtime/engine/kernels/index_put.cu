@@ -1,0 +1,108 @@
+#include "runtime/engine/kernels/index_put.cuh"
+
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::DType;
+using executorch::runtime::Error;
+
+template <typename Index>
+__global__ void check_positions_kernel(const Index* __restrict__ positions, int64_t num_positions,
+                                       int64_t dim_size, DeviceErrorFlag* __restrict__ flag,
+                                       unsigned long long op_plus_one) {
+  for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
+    const int64_t p = static_cast<int64_t>(positions[i]);
+    if ((p < 0 || p >= dim_size) && atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
+      flag->index = p;
+      flag->position = i;
+    }
+  }
+}
+
+// Rows are moved as `Word`s; `inner` is the row length in words.
+template <typename Word, typename Index>
+__global__ void index_put_kernel(const Word* __restrict__ values, const Index* __restrict__ positions,
+                                 Word* __restrict__ out, int64_t outer, int64_t num_positions,
+                                 int64_t dim_size, int64_t inner,
+                                 const DeviceErrorFlag* __restrict__ flag) {
+  if (flag->op_plus_one != 0) {
+    return;  // a bad position (or an earlier op's range error): keep the state unchanged
+  }
+  const int64_t total = outer * num_positions * inner;
+  for (int64_t e = thread_index(); e < total; e += thread_count()) {
+    const int64_t j = e % inner;
+    const int64_t row = e / inner;
+    const int64_t i = row % num_positions;
+    const int64_t o = row / num_positions;
+    const int64_t p = static_cast<int64_t>(positions[i]);
+    out[(o * dim_size + p) * inner + j] = values[e];
+  }
+}
+
+template <typename Word, typename Index>
+void launch(const IndexPutArgs& a, const void* values, const void* positions, void* out,
+            int64_t inner_words, const RunContext& ctx) {
+  const auto op = static_cast<unsigned long long>(ctx.op_index) + 1;
+  const auto* pos = static_cast<const Index*>(positions);
+  check_positions_kernel<Index><<<1, kBlock, 0, ctx.stream>>>(pos, a.num_positions, a.dim_size,
+                                                              ctx.error_flag, op);
+  const unsigned blocks =
+      blocks_for(a.outer * a.num_positions * inner_words, kBlock, ctx.max_blocks);
+  index_put_kernel<Word, Index><<<blocks, kBlock, 0, ctx.stream>>>(
+      static_cast<const Word*>(values), pos, static_cast<Word*>(out), a.outer, a.num_positions,
+      a.dim_size, inner_words, ctx.error_flag);
+}
+
+template <typename Word>
+void launch_word(const IndexPutArgs& a, bool int64_positions, const void* values,
+                 const void* positions, void* out, int64_t inner_words, const RunContext& ctx) {
+  if (int64_positions) {
+    launch<Word, int64_t>(a, values, positions, out, inner_words, ctx);
+  } else {
+    launch<Word, int32_t>(a, values, positions, out, inner_words, ctx);
+  }
+}
+
+class IndexPutStep final : public Step {
+ public:
+  IndexPutStep(const IndexPutArgs& args, const Graph& graph)
+      : a_(args),
+        element_(element_size(graph.tensors[args.out].dtype)),
+        int64_positions_(graph.tensors[args.positions].dtype == DType::kInt64) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.outer == 0 || a_.num_positions == 0 || a_.inner == 0) {
+      return Error::Ok;
+    }
+    const void* values = ctx.ptr(a_.values);
+    const void* positions = ctx.ptr(a_.positions);
+    void* out = ctx.ptr(a_.out);
+    const int64_t row_bytes = a_.inner * static_cast<int64_t>(element_);
+    const bool wide = row_bytes % 16 == 0 && alignment_of(values) >= 16 && alignment_of(out) >= 16;
+    const size_t word = wide ? 16 : element_;
+    const int64_t inner_words = row_bytes / static_cast<int64_t>(word);
+    switch (word) {
+      case 1: launch_word<uint8_t>(a_, int64_positions_, values, positions, out, inner_words, ctx); break;
+      case 2: launch_word<uint16_t>(a_, int64_positions_, values, positions, out, inner_words, ctx); break;
+      case 4: launch_word<uint32_t>(a_, int64_positions_, values, positions, out, inner_words, ctx); break;
+      case 8: launch_word<uint64_t>(a_, int64_positions_, values, positions, out, inner_words, ctx); break;
+      default: launch_word<uint4>(a_, int64_positions_, values, positions, out, inner_words, ctx); break;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  IndexPutArgs a_;
+  size_t element_;
+  bool int64_positions_;
+};
+
+}  // namespace
+
+StepResult make_index_put_step(const IndexPutArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new IndexPutStep(args, ctx.graph));
+}
+
+}  // namespace kiln::engine::kernels

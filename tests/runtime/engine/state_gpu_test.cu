@@ -1,0 +1,172 @@
+// Program state on the GPU: a kState tensor written in place by kIndexPut keeps its contents
+// across executes (eager first run, then CUDA-graph replays), only inputs and outputs cross the
+// bus, and a bad position is an execution error that leaves the state and the engine usable.
+// Needs a GPU: the `gpu` CTest label keeps it out of CPU-only CI.
+#include "runtime/engine/engine.h"
+
+#include <cuda_bf16.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/runtime/engine/blob_builder.h"
+#include "tests/runtime/engine/log_capture.h"
+
+namespace kiln::engine {
+namespace {
+
+using blob::DType;
+using executorch::runtime::Error;
+using executorch::runtime::Span;
+using testing::BlobBuilder;
+
+std::string& g_log = testing::captured_log();
+const auto* const kLog = ::testing::AddGlobalTestEnvironment(new testing::LogCaptureEnvironment);
+
+constexpr int64_t kOuter = 2, kLen = 8, kInner = 4;  // cache [2, 8, 4]
+constexpr int64_t kCache = kOuter * kLen * kInner;
+constexpr size_t kErrorFlagBytes = 24;  // DeviceErrorFlag (step.h), read back after every run
+
+// cache <- values at pos; out = cache (a copy through a view). Returns the blob.
+std::vector<uint8_t> cache_blob(const std::vector<float>& initial) {
+  BlobBuilder b;
+  const int64_t cache = b.state(DType::kFloat32, {kOuter, kLen, kInner}, initial.data());
+  const int64_t values = b.input(DType::kFloat32, {kOuter, 1, kInner});
+  const int64_t pos = b.input(DType::kInt64, {1});
+  const int64_t view = b.view(cache, {kCache});
+  const int64_t out = b.output(DType::kFloat32, {kCache});
+  b.index_put(values, pos, cache, kOuter, kLen, kInner, 1);
+  b.copy(view, out, {kCache}, 0, {1}, 0, {1});
+  return b.build();
+}
+
+class StateGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cuda_unavailable_reason().empty())
+        << "state_gpu_test needs a CUDA device: " << cuda_unavailable_reason();
+  }
+};
+
+struct Step {
+  std::vector<float> values = std::vector<float>(kOuter * kInner);
+  int64_t pos = 0;
+  std::vector<float> out = std::vector<float>(kCache, -7.0f);
+  Binding in[2];
+  Binding o;
+
+  Error run(Engine& e) {
+    in[0] = {values.data(), values.size() * sizeof(float), false};
+    in[1] = {&pos, sizeof(pos), false};
+    o = {out.data(), out.size() * sizeof(float), false};
+    return e.execute(Span<const Binding>(in, 2), Span<const Binding>(&o, 1));
+  }
+};
+
+void write_rows(std::vector<float>& cache, const std::vector<float>& values, int64_t pos) {
+  for (int64_t o = 0; o < kOuter; ++o)
+    for (int64_t j = 0; j < kInner; ++j)
+      cache[(o * kLen + pos) * kInner + j] = values[o * kInner + j];
+}
+
+TEST_F(StateGpu, StatePersistsAcrossExecutesAndReplays) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> model(kCache);
+  for (float& v : model) v = dist(rng);  // a nonzero initial value, so it must be uploaded
+  const std::vector<uint8_t> blob = cache_blob(model);
+  auto engine = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(engine.ok()) << g_log;
+  // Two passes over every position: the second overwrites rows the first wrote, and each step
+  // sees every earlier step's rows.
+  for (int round = 0; round < 2 * kLen; ++round) {
+    Step s;
+    for (float& v : s.values) v = dist(rng);
+    s.pos = (round * 3) % kLen;
+    const CopyCounters before = copy_counters();
+    ASSERT_EQ(s.run(**engine), Error::Ok) << g_log;
+    const CopyCounters after = copy_counters();
+    write_rows(model, s.values, s.pos);
+    EXPECT_EQ(s.out, model) << "step " << round;
+    // Only the inputs, the output and the error flag cross the bus; the state never does.
+    EXPECT_EQ(after.host_to_device_bytes - before.host_to_device_bytes,
+              s.values.size() * sizeof(float) + sizeof(int64_t));
+    EXPECT_EQ(after.device_to_host_bytes - before.device_to_host_bytes,
+              kCache * sizeof(float) + kErrorFlagBytes);
+    EXPECT_EQ(after.executes - before.executes, 1u);
+  }
+}
+
+TEST_F(StateGpu, OutOfRangePositionIsAnErrorAndLeavesStateAndEngineUsable) {
+  std::vector<float> model(kCache, 0.0f);
+  const std::vector<uint8_t> blob = cache_blob(model);
+  auto engine = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(engine.ok()) << g_log;
+  float next = 1.0f;
+  for (int round = 0; round < 3; ++round) {  // eager, then replays: the flag resets every run
+    Step good;
+    for (float& v : good.values) v = next++;
+    good.pos = round;
+    ASSERT_EQ(good.run(**engine), Error::Ok) << g_log;
+    write_rows(model, good.values, good.pos);
+    EXPECT_EQ(good.out, model);
+    for (int64_t bad : {kLen, int64_t{-1}, int64_t{1} << 40}) {
+      Step s;
+      for (float& v : s.values) v = 99.0f;
+      s.pos = bad;
+      g_log.clear();
+      EXPECT_EQ(s.run(**engine), Error::InvalidArgument);
+      EXPECT_NE(g_log.find("index_put"), std::string::npos) << g_log;
+      EXPECT_NE(g_log.find("position " + std::to_string(bad)), std::string::npos) << g_log;
+      EXPECT_NE(g_log.find("outside [0, 8)"), std::string::npos) << g_log;
+      EXPECT_EQ(s.out, model) << "a rejected write must leave the state as it was";
+    }
+  }
+  Step after;
+  for (float& v : after.values) v = -3.0f;
+  after.pos = kLen - 1;
+  ASSERT_EQ(after.run(**engine), Error::Ok) << g_log;
+  write_rows(model, after.values, after.pos);
+  EXPECT_EQ(after.out, model);
+}
+
+TEST_F(StateGpu, SeveralInt32PositionsIntoBFloat16StateWithWideRows) {
+  // bf16 rows of 8 elements = 16 bytes: the 16-byte word path.
+  constexpr int64_t outer = 3, len = 6, inner = 8, n = 2;
+  std::vector<__nv_bfloat16> init(outer * len * inner, __float2bfloat16(0.5f));
+  BlobBuilder b;
+  const int64_t cache = b.state(DType::kBFloat16, {outer, len, inner}, init.data());
+  const int64_t values = b.input(DType::kBFloat16, {outer, n, inner});
+  const int64_t pos = b.input(DType::kInt32, {n});
+  const int64_t out = b.output(DType::kBFloat16, {outer, len, inner});
+  b.index_put(values, pos, cache, outer, len, inner, n);
+  b.copy(cache, out, {outer * len * inner}, 0, {1}, 0, {1});
+  const std::vector<uint8_t> blob = b.build();
+  auto engine = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(engine.ok()) << g_log;
+  std::vector<float> model(outer * len * inner, 0.5f);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<__nv_bfloat16> v(outer * n * inner);
+    for (size_t k = 0; k < v.size(); ++k) v[k] = __float2bfloat16(static_cast<float>(step * 100 + k));
+    int32_t p[n] = {step, static_cast<int32_t>(len - 1 - step)};
+    std::vector<__nv_bfloat16> result(outer * len * inner);
+    const Binding in[2] = {{v.data(), v.size() * 2, false}, {p, sizeof(p), false}};
+    const Binding o{result.data(), result.size() * 2, false};
+    ASSERT_EQ((*engine)->execute(Span<const Binding>(in, 2), Span<const Binding>(&o, 1)), Error::Ok)
+        << g_log;
+    for (int64_t a = 0; a < outer; ++a)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < inner; ++j)
+          model[(a * len + p[i]) * inner + j] = __bfloat162float(v[(a * n + i) * inner + j]);
+    for (size_t k = 0; k < model.size(); ++k) {
+      ASSERT_EQ(__bfloat162float(result[k]), model[k]) << "step " << step << " element " << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine
