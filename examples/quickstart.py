@@ -55,7 +55,7 @@ def main() -> int:
     sys.stdout.write(run.stdout)
     if run.returncode != 0:
         sys.stderr.write(run.stderr)
-        if "KilnBackend is not available" in run.stderr:
+        if "KilnBackend is not available" in run.stderr or "no usable CUDA device" in run.stderr:
             print("quickstart: exported and inspected the program, but this machine cannot run "
                   "KilnBackend (reason above); run this command on a machine with an NVIDIA GPU of "
                   "compute capability 9.0 or newer.")

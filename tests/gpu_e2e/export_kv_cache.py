@@ -64,7 +64,7 @@ def main():
         export(module, steps[0], path, precision=precision)
         delegates = read_delegates(path)
         programs[precision] = {"file": path.name, "delegates": len(delegates),
-                               "cpu_operators": read_operators(path)["forward"]}
+                               "cpu_operators": read_operators(path, device_copies=False)["forward"]}
 
     eager = fixture.module
     records = []

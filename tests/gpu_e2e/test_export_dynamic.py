@@ -36,10 +36,10 @@ def test_programs_are_one_variant_set_delegate(exported):
         assert pte.stat().st_size < 4 << 20
         (delegate,) = read_delegates(pte)
         assert delegate.backend_id == "KilnBackend"
-        assert delegate.compile_specs == {"precision": name.split("_")[1].encode()}
+        assert delegate.compile_specs == {"precision": name.split("_")[1].encode(), "target_device": b"cuda:0"}
         variants, weights = read_variant_set(delegate.data)
         assert len(variants) == count and weights is not None
-        assert read_operators(pte)["forward"] == []
+        assert read_operators(pte, device_copies=False)["forward"] == []
 
 
 def test_cases_and_files(exported):

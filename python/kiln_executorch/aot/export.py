@@ -85,10 +85,13 @@ def read_delegates(pte_path):
     return found
 
 
-def read_operators(pte_path):
-    """{method: ["aten::cos.out", ...]}: the operators a .pte still runs on ExecuTorch's kernels."""
+def read_operators(pte_path, device_copies=True):
+    """{method: ["aten::cos.out", ...]}: the operators a .pte still runs on ExecuTorch's kernels.
+    device_copies=False leaves out ExecuTorch's et_copy operators (the copies to and from the GPU
+    around each Kiln call), which is the compute a program leaves outside its delegates."""
     return {plan.name: [f"{o.name}.{o.overload}" if o.overload else o.name
-                        for o in plan.operators]
+                        for o in plan.operators
+                        if device_copies or o.name not in COPY_OPERATORS]
             for plan in _program(pte_path).execution_plan}
 
 

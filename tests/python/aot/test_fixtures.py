@@ -132,7 +132,7 @@ def test_dynamic_mlp_is_delegated_as_a_variant_set(tmp_path):
     path.write_bytes(edge.to_executorch().buffer)
     (delegate,) = read_delegates(path)
     assert delegate.backend_id == "KilnBackend"
-    assert read_operators(path)["forward"] == []
+    assert read_operators(path, device_copies=False)["forward"] == []
     variants, weights = read_variant_set(delegate.data)
     assert [shapes for _, shapes in variants] == [[(b, 256)] for b in range(1, 17)]
     assert weights is not None and len(delegate.data) < 2 * len(weights)   # stored once
