@@ -235,6 +235,16 @@ void make_inputs(const et::MethodMeta& meta, const kiln::runner::Run& run,
         fail("--shape " + std::to_string(i) + ": rank " + std::to_string(it->second.size()) +
              " but the input has rank " + std::to_string(in.sizes.size()));
       }
+      // The serialized sizes of a dynamic input are its upper bounds: say so before ExecuTorch
+      // refuses the resize with a bare NotSupported.
+      for (size_t d = 0; d < in.sizes.size(); ++d) {
+        if (it->second[d] > in.sizes[d]) {
+          std::vector<int64_t> bound(in.sizes.begin(), in.sizes.end());
+          fail("--shape " + std::to_string(i) + "=" + shape_string(it->second) + " is past the bound " +
+               shape_string(bound) + " input " + std::to_string(i) +
+               " was exported with (dimension " + std::to_string(d) + "); export with a larger max");
+        }
+      }
       in.sizes.assign(it->second.begin(), it->second.end());
     }
     size_t numel = 1;

@@ -14,7 +14,7 @@
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh sanitize
 #       on the GPU machine: compute-sanitizer memcheck over every staged program through kiln_runner
-#       and racecheck over the engine's reduction, softmax and layer-norm GPU tests.
+#       and racecheck over the engine's reduction, softmax, layer-norm and KV-cache GPU tests.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -82,7 +82,8 @@ run|sanitize)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
   status=0
   # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
-  export KILN_TEST_PROGRAMS="$stage/e2e/concurrency"
+  # Programs the program-level GPU tests load (staged by tests/gpu_e2e/export_*.py).
+  export KILN_TEST_PROGRAMS="$stage/e2e/concurrency" KILN_SHARED_WEIGHTS_DIR="$stage/e2e/shared_weights"
   if [ "$mode" = sanitize ]; then
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     runner="$stage/site/kiln_executorch/bin/kiln_runner"
@@ -97,8 +98,19 @@ run|sanitize)
       rc=$?; [ $rc -eq 0 ] || status=1
       echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1)"
     done
-    for t in "$stage"/tests/*; do
-      "$cs" --tool racecheck --error-exitcode 99 "$t" --gtest_filter='*Softmax*:*Reduce*:*LayerNorm*:*Norm*' \
+    # The engine's own GPU tests under memcheck: every op family, program state and the
+    # shape-specialised plans, including the error paths those tests provoke.
+    for name in engine_gpu_test state_gpu_test backend_variant_set_gpu_test; do
+      "$cs" --tool memcheck --leak-check full --error-exitcode 99 "$stage/tests/$name" \
+        > "$out/memcheck_$name.log" 2>&1
+      rc=$?; [ $rc -eq 0 ] || status=1
+      echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1) $(grep -cE '^\[       OK \]' "$out/memcheck_$name.log") tests"
+    done
+    # The kernels that share memory between threads: softmax, layer norm, the reductions
+    # (engine_gpu_test) and the KV-cache row write (state_gpu_test).
+    for spec in "engine_gpu_test:*Softmax*:*Reduce*:*LayerNorm*:*Norm*" "state_gpu_test:*"; do
+      t="$stage/tests/${spec%%:*}"
+      "$cs" --tool racecheck --error-exitcode 99 "$t" --gtest_filter="${spec#*:}" \
         > "$out/racecheck_$(basename "$t").log" 2>&1
       rc=$?; [ $rc -eq 0 ] || status=1
       echo "racecheck $(basename "$t"): rc=$rc $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck_$(basename "$t").log" | tail -1) $(grep -cE '^\[       OK \]' "$out/racecheck_$(basename "$t").log") tests"

@@ -15,7 +15,8 @@
 #define KILN_FAULT_API extern "C" __attribute__((visibility("default")))
 
 /// Makes the next `times` launches of op `op_index` (in any engine of the process, eager or under
-/// graph capture) fail with cudaErrorInvalidConfiguration. `times` = 0 disarms. Thread-safe.
+/// graph capture) fail for real: a block of 2048 threads, which CUDA rejects
+/// (cudaErrorInvalidValue on CUDA 13, cudaErrorInvalidConfiguration on older runtimes). `times` = 0 disarms. Thread-safe.
 KILN_FAULT_API void kiln_fault_fail_launch(size_t op_index, int times);
 
 /// cudaGraphLaunch calls made by every engine in the process so far, so a test can tell a graph

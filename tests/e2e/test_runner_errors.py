@@ -51,7 +51,8 @@ def test_unknown_method(runner, fixtures):
 
 
 def test_shape_past_dynamic_bound(runner, fixtures):
-    check(run([runner, fixtures / "dynamic_mlp" / "model.pte", "--shape", "0=17,256"]), "set_input(0) failed")
+    check(run([runner, fixtures / "dynamic_mlp" / "model.pte", "--shape", "0=17,256"]),
+          "--shape 0=[17,256] is past the bound [16,256] input 0 was exported with (dimension 0)")
 
 
 def test_bad_option(runner):

@@ -164,7 +164,7 @@ TEST_F(BackendBadInput, EveryBadCallIsAnErrorAndTheDelegateKeepsWorking) {
          kiln_fault_fail_launch(0, 0);
          return e;
        },
-       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalidConfiguration"},
+       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalid"},
       // The delegate's second run captures its CUDA graph: the failure hits the capture, and the
       // next call captures again and replays.
       {"a kernel launch fails while the CUDA graph is captured",
@@ -175,7 +175,7 @@ TEST_F(BackendBadInput, EveryBadCallIsAnErrorAndTheDelegateKeepsWorking) {
          kiln_fault_fail_launch(0, 0);
          return e;
        },
-       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalidConfiguration"},
+       et::Error::Internal, "op 0 (binary): kernel launch failed", "cudaErrorInvalid"},
 #endif
   };
   for (const Row& row : rows) {

@@ -21,8 +21,10 @@
 //     cudaStreamSynchronize(stream), or cudaEventRecord(event, stream) and then
 //     cudaEventSynchronize(event) or cudaStreamWaitEvent(other_stream, event). Host inputs, if
 //     any, have been read before it returns, so their memory may be reused at once.
-//     Exception: a delegate that checks indices on the device (embedding) waits for the stream
-//     before returning, so that an out-of-range index is reported as an error.
+//     Exceptions: a delegate that checks indices on the device (embedding, a KV-cache write)
+//     waits for the stream before returning, so that an out-of-range index is reported as an
+//     error; and the first execute of a delegate may wait for the device to go idle while CUDA
+//     loads Kiln's kernels (lazy module loading). From the second execute on, it only enqueues.
 //   * Any output binding of the delegate is host memory: it returns after the stream has
 //     finished, and the host outputs are ready. In a default export (et_copy operators around the
 //     delegate) the delegate's bindings are device memory, and et_copy::_d2h_copy waits for the
