@@ -854,8 +854,9 @@ def convert_precision(g, precision):
         _flat_copy(g, tid, cast)
     g.ops += body
     declared = [g.tensors[t].dtype for t in g.outputs]
+    keep = _full_precision_outputs(g)
     for t in g.tensors:
-        if t.dtype == torch.float32 and t.storage != Storage.INPUT:
+        if t.dtype == torch.float32 and t.storage != Storage.INPUT and t.id not in keep:
             t.dtype = low
             if t.data is not None:
                 t.data = t.data.to(low)
@@ -863,6 +864,28 @@ def convert_precision(g, precision):
         if g.tensors[tid].dtype != dtype:
             g.outputs[i] = g.add_tensor(dtype, g.tensors[tid].shape, name=g.tensors[tid].name)
             _flat_copy(g, tid, g.outputs[i])
+
+
+# Ops that compute in fp32 and may write another dtype than they read.
+_ELEMENTWISE = (Opcode.UNARY, Opcode.BINARY, Opcode.WHERE)
+
+
+def _full_precision_outputs(g):
+    """float32 delegate outputs that an elementwise op writes and nothing else reads or views.
+    These stay float32: the op writes its fp32 result directly instead of rounding it to the low
+    dtype and casting back, which saves a copy and keeps results that the rounding would change
+    (tanh(x) rounds to exactly 1 in bf16, and a CPU erfinv after it would then give inf)."""
+    keep = set()
+    for tid in g.outputs:
+        t = g.tensors[tid]
+        if t.dtype != torch.float32 or t.storage != Storage.ARENA or t.alias_of is not None:
+            continue
+        writers = [op for op in g.ops if op.out == tid]
+        viewed = any(o.alias_of == tid for o in g.tensors)
+        if (len(writers) == 1 and writers[0].opcode in _ELEMENTWISE and not viewed
+                and not _readers(g, tid) and g.outputs.count(tid) == 1):
+            keep.add(tid)
+    return keep
 
 
 def bind_outputs(g):

@@ -238,3 +238,23 @@ def test_memory_plan_reuses_dead_tensors():
     g = fixture_graph("transformer_block")
     roots = [t for t in g.tensors if t.storage == Storage.ARENA and t.alias_of is None]
     assert g.arena_size < sum(t.nbytes for t in roots) / 2
+
+
+def test_low_precision_keeps_an_elementwise_float_output_in_float32():
+    # tanh rounds to exactly 1.0 in bf16 for |x| > ~3; the CPU erfinv after the delegate would
+    # then give inf and cos NaN. The delegate's float32 output is written by tanh in float32.
+    module = models.Coalesced().eval()
+    x = torch.linspace(-6, 6, 64 * 64).reshape(64, 64)
+    edge = lower(module, (x,), precision="bf16")
+    program = edge.exported_program()
+    blobs = [m.processed_bytes for _, m in program.graph_module.named_children()
+             if hasattr(m, "processed_bytes")]
+    first = read_blob(blobs[0])
+    (out,) = first.outputs
+    assert first.tensors[out].dtype == torch.float32
+    assert [op.opcode for op in first.ops] == [Opcode.COPY, Opcode.UNARY]  # cast in, tanh out
+    with torch.no_grad():
+        want = module(x)
+    got = run_program(program, (x,), compute_dtype=torch.float32)[0]
+    assert not torch.isnan(got).any()
+    assert (got - want).abs().max() <= 2e-2 * want.abs().max()
