@@ -59,10 +59,13 @@ def run_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> dict:
                        "nan": int(np.isnan(got).sum()),
                        "worst": [(int(i), float(got.ravel()[i]), float(ref.ravel()[i])) for i in worst]})
     loads = dict(re.findall(r"^(load_method(?:_warm)?_ms)=([\d.]+)$", r.stdout, re.M))
+    mem = re.search(r"^kiln_device_bytes weights=(\d+) activations=(\d+)$", r.stdout, re.M)
     return {"ok": True, "median_ms": float(m.group(2)), "min_ms": float(m.group(1)),
             "errors": errors, "wall_s": round(wall, 2),
             "init_cold_ms": float(loads.get("load_method_ms", "nan")),
-            "init_warm_ms": float(loads.get("load_method_warm_ms", "nan"))}
+            "init_warm_ms": float(loads.get("load_method_warm_ms", "nan")),
+            "device_weight_bytes": int(mem.group(1)) if mem else None,
+            "device_activation_bytes": int(mem.group(2)) if mem else None}
 
 
 def passes(entry: dict, result: dict) -> bool:
@@ -205,11 +208,14 @@ def main() -> int:
         print(f"{r['key']:22s} {r['precision']:5s} {str(r['pass']):5s} {k['median_ms']:8.4f} "
               f"{t.get('eager_host_ms', float('nan')):10.4f} {t.get('eager_device_ms', float('nan')):10.4f}  {comp}"
               f"  {k['median_ms'] / t.get('eager_host_ms', float('nan')):8.2f}  {ratios}")
-    print("\ninit (load_method: blob validation, weight upload, plans), ms: cold process / warm process")
+    print("\ninit (load_method: blob validation, weight upload, plans) in ms, cold process / warm "
+          "process; Kiln device memory after load in MiB, weights / activations")
+    mib = lambda b: float("nan") if b is None else b / 2**20  # noqa: E731
     for r in results:
         k = r["kiln"]
         if k.get("ok"):
-            print(f"{r['key']:22s} {r['precision']:5s} {k['init_cold_ms']:9.2f} {k['init_warm_ms']:9.2f}")
+            print(f"{r['key']:22s} {r['precision']:5s} {k['init_cold_ms']:9.2f} {k['init_warm_ms']:9.2f}"
+                  f" {mib(k['device_weight_bytes']):9.2f} {mib(k['device_activation_bytes']):9.2f}")
     print(f"\n{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -433,6 +433,19 @@ bool read_copy_counters(CopyCounts& c) {
   return true;
 }
 
+// Device memory Kiln holds after load_method, when Kiln's backend is in the process.
+void print_kiln_device_memory() {
+  using Fn = uint64_t (*)();
+  static const auto weights = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "kiln_executorch_weight_bytes"));
+  static const auto activations =
+      reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "kiln_executorch_activation_bytes"));
+  if (weights != nullptr && activations != nullptr) {
+    std::printf("kiln_device_bytes weights=%llu activations=%llu\n",
+                static_cast<unsigned long long>(weights()),
+                static_cast<unsigned long long>(activations()));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -516,7 +529,10 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       std::printf("latency_ms min=%.4f median=%.4f max=%.4f iterations=%zu warmup=%d\n", ms.front(),
                   ms[ms.size() / 2], ms.back(), ms.size(), opts.warmup);
-      if (r == 0) std::printf("load_method_ms=%.3f\n", load_ms);
+      if (r == 0) {
+        std::printf("load_method_ms=%.3f\n", load_ms);
+        print_kiln_device_memory();
+      }
     }
   }
   if (opts.iterations > 0) {
