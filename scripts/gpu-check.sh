@@ -18,7 +18,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-bundle="$root/.gpu/stage.tar.xz"
+# KILN_GPU_BUNDLE picks another bundle (e.g. one large model packed on its own).
+bundle="${KILN_GPU_BUNDLE:-$root/.gpu/stage.tar.xz}"
 mode="${1:-}"; shift || true
 
 case "$mode" in
