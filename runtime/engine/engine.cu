@@ -127,13 +127,21 @@ struct HasOut : std::false_type {};
 template <typename Args>
 struct HasOut<Args, std::void_t<decltype(std::declval<const Args&>().out)>> : std::true_type {};
 
+// "Float32[1,64]": one word, so the profile's columns can be split on spaces.
+std::string compact_text(const Tensor& t) {
+  std::string s = std::string(dtype_name(t.dtype)) + "[";
+  for (uint32_t d = 0; d < t.rank; ++d) {
+    s += (d == 0 ? "" : ",") + std::to_string(t.sizes[d]);
+  }
+  return s + "]";
+}
+
 std::string op_output_text(const Graph& graph, const Op& op) {
   return std::visit(
       [&](const auto& args) -> std::string {
         if constexpr (HasOut<std::decay_t<decltype(args)>>::value) {
           if (args.out >= 0 && static_cast<size_t>(args.out) < graph.tensors.size()) {
-            const Tensor& t = graph.tensors[args.out];
-            return dtype_name(t.dtype) + shape_text(t);
+            return compact_text(graph.tensors[args.out]);
           }
         }
         return "-";
@@ -623,7 +631,7 @@ Error CudaEngine::start_profile() {
       description += std::string(description.empty() ? "" : ", ") + role;
       for (size_t k = 0; k < ids->size() && k < 3; ++k) {
         const Tensor& t = graph_.tensors[(*ids)[k]];
-        description += std::string(" ") + dtype_name(t.dtype) + shape_text(t);
+        description += " " + compact_text(t);
       }
       if (ids->size() > 3) description += " +" + std::to_string(ids->size() - 3) + " more";
     }

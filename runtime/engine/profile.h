@@ -24,7 +24,7 @@ void reset();
 /// What the report says about one op: its opcode name and a short description of its output.
 struct OpLabel {
   std::string opcode;
-  std::string output;  // e.g. "Float32[1, 64]"
+  std::string output;  // e.g. "Float32[1,64]": one word, no spaces
 };
 
 /// One engine's accumulated times, shared between the engine (which adds runs) and the report.
