@@ -450,7 +450,8 @@ const Profiler& profiler() {
     f.reset = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "kiln_executorch_reset_profile"));
     f.report = reinterpret_cast<size_t (*)(char*, size_t)>(
         dlsym(RTLD_DEFAULT, "kiln_executorch_profile_report"));
-    f.total_ms = reinterpret_cast<double (*)()>(dlsym(RTLD_DEFAULT, "kiln_executorch_profile_total_ms"));
+    f.total_ms = reinterpret_cast<double (*)()>(
+        dlsym(RTLD_DEFAULT, "kiln_executorch_profile_total_ms"));
     return f;
   }();
   return p;

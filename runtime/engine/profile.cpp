@@ -119,8 +119,9 @@ std::string report() {
   char line[512];
   for (EngineStats& e : snapshot()) {
     if (e.runs == 0) continue;
-    const double engine_ms = std::accumulate(
-        e.ops.begin(), e.ops.end(), 0.0, [](double a, const OpStats& op) { return a + op.total_ms; });
+    const double engine_ms =
+        std::accumulate(e.ops.begin(), e.ops.end(), 0.0,
+                        [](double a, const OpStats& op) { return a + op.total_ms; });
     std::snprintf(line, sizeof(line), "Kiln engine %llu (%s; %zu ops): %llu profiled runs\n",
                   static_cast<unsigned long long>(e.id), e.description.c_str(), e.ops.size(),
                   static_cast<unsigned long long>(e.runs));
