@@ -162,7 +162,7 @@ run|sanitize)
   exit $status
   ;;
 *)
-  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K]" >&2
+  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K] [--profile]" >&2
   exit 2
   ;;
 esac
