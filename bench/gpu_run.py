@@ -3,11 +3,14 @@ PyTorch (CPU fp32 outputs recorded at export), and times Kiln against torch eage
 torch.compile (default and mode="reduce-overhead") on the same GPU, inputs and weights.
 
     gpu_run.py --models .gpu/models --runner .gpu/site/kiln_executorch/bin/kiln_runner --out DIR
-               [--compile] [--iterations 200]
+               [--compile] [--iterations 200] [--profile]
 
 Writes DIR/results.json and DIR/latency.png and prints a table with the ratios. Kiln's latency is
 the runner's `execute` with host inputs and outputs (copies in and out included); the torch
 figures are measured both the same way (host tensors in, host tensors out) and device-resident.
+With --profile, each program that ran is run once more with `kiln_runner --profile`, and the
+per-op GPU time tables of all programs go into one file, DIR/profiles.txt (the GPU machine returns
+few files); those runs are not part of the results.
 """
 from __future__ import annotations
 
@@ -66,6 +69,22 @@ def run_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> dict:
             "init_warm_ms": float(loads.get("load_method_warm_ms", "nan")),
             "device_weight_bytes": int(mem.group(1)) if mem else None,
             "device_activation_bytes": int(mem.group(2)) if mem else None}
+
+
+def profile_kiln(runner: Path, models: Path, entry: dict, iterations: int) -> str:
+    """kiln_runner --profile's report for one program (its stdout from the profile header on)."""
+    cmd = [str(runner), str(models / entry["pte"]), "--profile", "--values", "0",
+           "--iterations", str(iterations), "--warmup", "5"]
+    for i, spec in enumerate(entry["inputs"]):
+        cmd += ["--input", f"{i}={models / spec['file']}"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300)
+    except subprocess.TimeoutExpired:
+        return "profile run timed out after 300 s\n"
+    if r.returncode != 0:
+        return f"profile run failed (exit {r.returncode}):\n{(r.stderr or r.stdout).strip()[-2000:]}\n"
+    start = r.stdout.find("# profile of run")
+    return r.stdout[start:] if start >= 0 else r.stdout
 
 
 def passes(entry: dict, result: dict) -> bool:
@@ -165,11 +184,18 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--compile", default="", help="comma list of torch.compile modes, e.g. default,reduce-overhead")
     ap.add_argument("--keys", default="")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run each program with kiln_runner --profile into OUT/profiles.txt")
+    ap.add_argument("--profile-iterations", type=int, default=20)
     args = ap.parse_args()
     manifest = json.loads((args.models / "manifest.json").read_text())
     if args.keys:
         manifest = [e for e in manifest if e["key"] in args.keys.split(",")]
     modes = [m for m in args.compile.split(",") if m]
+    if args.profile:  # one file for every program's profile, started afresh
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "profiles.txt").write_text(f"kiln_runner --profile, {args.profile_iterations} "
+                                               "iterations after 5 warm-up runs per program\n\n")
     results, failed = [], 0
     for entry in manifest:
         kiln = run_kiln(args.runner, args.models, entry, args.iterations)
@@ -187,6 +213,10 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "results.json").write_text(json.dumps(
             {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, indent=1))
+        if args.profile and kiln.get("ok"):
+            text = profile_kiln(args.runner, args.models, entry, args.profile_iterations)
+            with open(args.out / "profiles.txt", "a") as f:
+                f.write(f"=== {entry['key']} {entry['precision']} ({entry['pte']})\n{text}\n")
         if not kiln.get("ok"):
             print("   " + kiln["error"].replace("\n", "\n   "), flush=True)
         elif not ok:

@@ -446,6 +446,60 @@ void print_kiln_device_memory() {
   }
 }
 
+// Kiln's per-op profiler (runtime/backend/version.h), looked up at run time like the copy
+// counters. All four or nothing.
+struct Profiler {
+  void (*set)(int) = nullptr;
+  void (*reset)() = nullptr;
+  size_t (*report)(char*, size_t) = nullptr;
+  double (*total_ms)() = nullptr;
+  bool available() const { return set && reset && report && total_ms; }
+};
+
+const Profiler& profiler() {
+  static const Profiler p = [] {
+    Profiler f;
+    f.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "kiln_executorch_set_profiling"));
+    f.reset = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "kiln_executorch_reset_profile"));
+    f.report = reinterpret_cast<size_t (*)(char*, size_t)>(
+        dlsym(RTLD_DEFAULT, "kiln_executorch_profile_report"));
+    f.total_ms = reinterpret_cast<double (*)()>(
+        dlsym(RTLD_DEFAULT, "kiln_executorch_profile_total_ms"));
+    return f;
+  }();
+  return p;
+}
+
+// The --profile section of one run: every Kiln engine's ops sorted by GPU time, then the sum of
+// op time per method execute against the execute's wall time.
+void print_profile(size_t run_index, const std::string& method, const std::vector<double>& ms) {
+  const Profiler& p = profiler();
+  std::printf("# profile of run %zu: %zu executes of '%s'; Kiln ops run eagerly (no CUDA graph "
+              "replay), each timed with CUDA events\n",
+              run_index, ms.size(), method.c_str());
+  if (!p.available()) {
+    std::printf("profile unavailable: no kiln_executorch_set_profiling in the process (load "
+                "libkiln_executorch_backend.so)\n");
+    return;
+  }
+  std::string text(p.report(nullptr, 0) + 1, '\0');
+  text.resize(p.report(text.data(), text.size()));
+  if (text.empty()) {
+    std::printf("profile: no Kiln engine ran (the program has no Kiln delegates, or none "
+                "executed); nothing to profile\n");
+    return;
+  }
+  std::printf("%s", text.c_str());
+  double wall = 0.0;
+  for (double v : ms) wall += v;
+  const double n = static_cast<double>(ms.size());
+  const double op_ms = p.total_ms();
+  std::printf("profile_total kiln_op_ms_per_execute=%.4f wall_ms_per_execute=%.4f "
+              "kiln_op_share=%.1f%% (wall: the whole method execute, CPU ops, copies and "
+              "profiling syncs included)\n",
+              op_ms / n, wall / n, wall > 0 ? 100.0 * op_ms / wall : 0.0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -496,11 +550,14 @@ int main(int argc, char** argv) {
     make_inputs(meta.get(), opts.runs[r], opts, inputs);
     CopyCounts before;
     const bool counted = opts.copy_stats && read_copy_counters(before);
+    // Profiled warm-up too (the first eager run loads kernels lazily), then only the timed runs count.
+    if (opts.profile && profiler().available()) profiler().set(1);
     for (int w = 0; w < opts.warmup; ++w) {
       bind_inputs(method.get(), inputs);
       et::Error err = method->execute();
       if (err != et::Error::Ok) fail("execute('" + opts.method + "') (warm-up)", err);
     }
+    if (opts.profile && profiler().available()) profiler().reset();
     std::vector<double> ms;
     for (int it = 0; it < std::max(1, opts.iterations); ++it) {
       bind_inputs(method.get(), inputs);
@@ -529,10 +586,18 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       std::printf("latency_ms min=%.4f median=%.4f max=%.4f iterations=%zu warmup=%d\n", ms.front(),
                   ms[ms.size() / 2], ms.back(), ms.size(), opts.warmup);
+      if (opts.profile) {
+        std::printf("latency measured with --profile on: ops ran eagerly with CUDA events and a "
+                    "sync per Kiln execute; run without --profile for real latency\n");
+      }
       if (r == 0) {
         std::printf("load_method_ms=%.3f\n", load_ms);
         print_kiln_device_memory();
       }
+    }
+    if (opts.profile) {
+      if (profiler().available()) profiler().set(0);
+      print_profile(r, opts.method, ms);
     }
   }
   if (opts.iterations > 0) {

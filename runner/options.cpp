@@ -85,6 +85,8 @@ bool parse_options(int argc, const char* const* argv, Options& out, std::string&
       else out.values = static_cast<size_t>(n);
     } else if (arg == "--copy-stats") {
       out.copy_stats = true;
+    } else if (arg == "--profile") {
+      out.profile = true;
     } else if (arg == "--output-dir") {
       if (!value(out.output_dir)) return false;
     } else if (!arg.empty() && arg[0] == '-') {

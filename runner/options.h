@@ -12,7 +12,7 @@ namespace kiln::runner {
 inline constexpr const char* kUsage =
     "usage: kiln_runner <model.pte> [--method NAME] [--input I=path.bin ...] [--shape I=d0,d1,...]\n"
     "                   [--next --input I=path.bin ...] [--iterations N] [--warmup M]\n"
-    "                   [--output-dir DIR] [--values K] [--copy-stats]\n"
+    "                   [--output-dir DIR] [--values K] [--copy-stats] [--profile]\n"
     "  --input I=FILE   raw little-endian bytes for input I (default: ones of the input's dtype)\n"
     "  --shape I=DIMS   actual shape of a dynamic input I (default: the shape in the program)\n"
     "  --next           execute the same loaded method again with the inputs that follow\n"
@@ -20,7 +20,10 @@ inline constexpr const char* kUsage =
     "  --warmup M       untimed executions before timing\n"
     "  --output-dir DIR write each output's raw bytes to DIR/output_<i>.bin\n"
     "  --values K       print the first K values of each output (default 8)\n"
-    "  --copy-stats     after each run print the host<->device bytes Kiln engines copied in it\n";
+    "  --copy-stats     after each run print the host<->device bytes Kiln engines copied in it\n"
+    "  --profile        time every op of every Kiln engine with CUDA events (ops run eagerly, no\n"
+    "                   CUDA graph replay) and print per engine its ops sorted by GPU time; the\n"
+    "                   latency line is then measured with profiling on\n";
 
 /// One execution of the method: which inputs come from files (the rest are ones).
 struct Run {
@@ -37,6 +40,7 @@ struct Options {
   std::string output_dir;
   size_t values = 8;
   bool copy_stats = false;
+  bool profile = false;
 };
 
 /// Fills `out` from argv. Returns false and sets `error` on any malformed or unknown argument.

@@ -6,7 +6,7 @@
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
 #       eager outputs). .gpu/ is git-ignored; carry it to the GPU machine with the repository.
-#   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2]
+#   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2] [--profile]
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
 #       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
 #       export_<name>.py staged), every staged program through kiln_runner against eager PyTorch, and the
@@ -65,12 +65,13 @@ prepare)
   ;;
 run|sanitize)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
-  compile=""; iterations=200; keys=""
+  compile=""; iterations=200; keys=""; profile=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --compile) compile="$2"; shift 2 ;;
       --iterations) iterations="$2"; shift 2 ;;
       --keys) keys="$2"; shift 2 ;;
+      --profile) profile=1; shift ;;  # also kiln_runner --profile per program -> OUT/profiles.txt
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
   done
@@ -156,12 +157,13 @@ run|sanitize)
   echo "== programs through kiln_runner vs eager PyTorch"
   PYTHONUNBUFFERED=1 python3 bench/gpu_run.py --models "$stage/models" \
     --runner "$stage/site/kiln_executorch/bin/kiln_runner" --out "$out" --iterations "$iterations" \
-    ${compile:+--compile "$compile"} ${keys:+--keys "$keys"} 2>&1 | tee "$out/gpu_run.log"
+    ${compile:+--compile "$compile"} ${keys:+--keys "$keys"} ${profile:+--profile} 2>&1 \
+    | tee "$out/gpu_run.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   exit $status
   ;;
 *)
-  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K]" >&2
+  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K] [--profile]" >&2
   exit 2
   ;;
 esac

@@ -3,6 +3,7 @@
 // CMake.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define KILN_EXPORT __attribute__((visibility("default")))
@@ -42,4 +43,28 @@ KILN_EXPORT uint64_t kiln_executorch_activation_bytes();
 KILN_EXPORT void kiln_executorch_copy_counters(uint64_t* host_to_device_bytes,
                                                uint64_t* device_to_host_bytes,
                                                uint64_t* executes);
+
+// Per-op GPU time of Kiln engines (what `kiln_runner --profile` prints). While profiling is on,
+// every Kiln execute runs its ops eagerly (no CUDA graph replay) with a CUDA event between
+// consecutive ops and waits for its stream at the end, so runs are slower than without it: use
+// it to see where the time goes, not to measure latency. Off (the default) it costs one branch
+// per execute. Safe to call from any thread; an execute already in flight is not affected.
+
+/// Turns profiling on (non-zero) or off for every Kiln engine in the process. Times recorded
+/// so far are kept; kiln_executorch_reset_profile() clears them.
+KILN_EXPORT void kiln_executorch_set_profiling(int on);
+/// Clears the times recorded so far (e.g. after a warm-up), for every live engine.
+KILN_EXPORT void kiln_executorch_reset_profile(void);
+/// Writes the report as text into `buffer` (at most `size` bytes, always NUL-terminated when
+/// size > 0; buffer may be null when size is 0) and returns the report's full length without
+/// the NUL, like snprintf: call again with a larger buffer when the result is >= size. For each
+/// live engine that ran with profiling on since the last reset, one header line ("Kiln engine N
+/// (inputs ..., outputs ...; K ops): R profiled runs"; engines are numbered in the order they
+/// first ran profiled), a column line, one line per op sorted by total time (rank, op index,
+/// opcode, output dtype and shape, total ms, mean ms per run, % of the engine's op time), a
+/// total line and "per run: op time X ms ... vs execute wall Y ms". Empty (0) when no engine ran
+/// with profiling on.
+KILN_EXPORT size_t kiln_executorch_profile_report(char* buffer, size_t size);
+/// GPU time of every op of every live engine since the last reset, summed, in milliseconds.
+KILN_EXPORT double kiln_executorch_profile_total_ms(void);
 }

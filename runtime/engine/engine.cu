@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <variant>
@@ -28,6 +29,7 @@
 #include "runtime/engine/kernels/pool2d.cuh"
 #include "runtime/engine/kernels/reduce.cuh"
 #include "runtime/engine/kernels/softmax.cuh"
+#include "runtime/engine/profile.h"
 #include "runtime/engine/step.h"
 #ifdef KILN_ENGINE_FAULT_INJECTION
 #include "runtime/engine/fault_injection.h"
@@ -119,6 +121,34 @@ std::string shape_text(const Tensor& t) {
   return s + "]";
 }
 
+// The output tensor of an op for the profile's labels; an args struct without `out` has none.
+template <typename Args, typename = void>
+struct HasOut : std::false_type {};
+template <typename Args>
+struct HasOut<Args, std::void_t<decltype(std::declval<const Args&>().out)>> : std::true_type {};
+
+// "Float32[1,64]": one word, so the profile's columns can be split on spaces.
+std::string compact_text(const Tensor& t) {
+  std::string s = std::string(dtype_name(t.dtype)) + "[";
+  for (uint32_t d = 0; d < t.rank; ++d) {
+    s += (d == 0 ? "" : ",") + std::to_string(t.sizes[d]);
+  }
+  return s + "]";
+}
+
+std::string op_output_text(const Graph& graph, const Op& op) {
+  return std::visit(
+      [&](const auto& args) -> std::string {
+        if constexpr (HasOut<std::decay_t<decltype(args)>>::value) {
+          if (args.out >= 0 && static_cast<size_t>(args.out) < graph.tensors.size()) {
+            return compact_text(graph.tensors[args.out]);
+          }
+        }
+        return "-";
+      },
+      op.args);
+}
+
 // Everything the engine holds on the device. Members are destroyed in reverse order: the graph
 // and the steps (library descriptors) before the handles, the handles before the memory.
 struct DeviceState {
@@ -136,6 +166,7 @@ struct DeviceState {
   kernels::UniqueCudnn cudnn;
   std::vector<std::unique_ptr<Step>> steps;
   UniqueGraphExec graph_exec;
+  std::vector<UniqueEvent> profile_events;  // ops + 1 timing events, made on the first profiled run
 };
 
 // One engine runs one execute() at a time (the arena, staging buffers and captured graph are
@@ -160,6 +191,7 @@ class CudaEngine final : public Engine {
       cudaEventSynchronize(state_->done.get());
     }
     cudaStreamSynchronize(state_->stream.get());
+    if (profile_ != nullptr) profile::remove_engine(profile_.get());
     state_.reset();
     count_activation_bytes(-static_cast<int64_t>(activation_bytes_));
   }
@@ -194,6 +226,8 @@ class CudaEngine final : public Engine {
   Error run(Span<const Binding> inputs, Span<const Binding> outputs, cudaStream_t stream,
             bool external_capture);
   Error enqueue_ops(cudaStream_t stream);
+  Error start_profile();
+  Error finish_profile(cudaStream_t stream, std::chrono::steady_clock::time_point started);
   Error enqueue_step(size_t i, const RunContext& ctx);
   Error launch_graph(cudaStream_t stream);
   Error capture();
@@ -218,6 +252,8 @@ class CudaEngine final : public Engine {
   bool launch_failed_ = false;  // the last enqueue_ops stopped at a kernel launch CUDA rejected
   bool capturing_ = false;      // enqueue_ops is recording into the engine's own capture
   int capture_failures_ = 0;    // captures in a row that failed for reasons outside the ops
+  bool profiling_run_ = false;  // this run times each op (profile.h): eager, with events
+  std::shared_ptr<profile::EngineRecord> profile_;  // registered on the first profiled run
 };
 
 Error CudaEngine::init() {
@@ -462,6 +498,14 @@ Error CudaEngine::execute(Span<const Binding> inputs, Span<const Binding> output
 Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, cudaStream_t stream,
                       bool external_capture) {
   DeviceState& s = *state_;
+  // Profiling (profile.h) is one branch here when off. A caller's capture is never timed: its
+  // graph runs later, where events between ops would time nothing.
+  profiling_run_ = profile::enabled() && !external_capture;
+  std::chrono::steady_clock::time_point started{};
+  if (profiling_run_) {
+    started = std::chrono::steady_clock::now();
+    KILN_TRY(start_profile());
+  }
   if (!external_capture && last_stream_ != nullptr) {
     // The previous run shares the arena with this one and may have used another stream (or one
     // since destroyed and reallocated at the same address): order after it (nearly free when it has
@@ -478,7 +522,8 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
       g_host_to_device_bytes.fetch_add(inputs[i].nbytes, std::memory_order_relaxed);
     }
   }
-  if (kUseCudaGraphs && !external_capture && !graphs_disabled_ && runs_ > 0 && !s.steps.empty()) {
+  if (kUseCudaGraphs && !profiling_run_ && !external_capture && !graphs_disabled_ && runs_ > 0 &&
+      !s.steps.empty()) {
     KILN_TRY(launch_graph(stream));
   } else {
     KILN_TRY(enqueue_ops(stream));
@@ -514,6 +559,9 @@ Error CudaEngine::run(Span<const Binding> inputs, Span<const Binding> outputs, c
       KILN_TRY(range_error());
     }
   }
+  if (profiling_run_) {
+    KILN_TRY(finish_profile(stream, started));
+  }
   return Error::Ok;
 }
 
@@ -535,6 +583,10 @@ Error CudaEngine::enqueue_ops(cudaStream_t stream) {
   }
   for (size_t i = 0; i < s.steps.size(); ++i) {
     ctx.op_index = i;
+    if (profiling_run_) {
+      KILN_TRY(cuda_status(cudaEventRecord(s.profile_events[i].get(), stream), Error::Internal,
+                           "Kiln engine: op %zu: cannot record the profiling event", i));
+    }
     KILN_TRY(enqueue_step(i, ctx));
     const cudaError_t launched = cudaGetLastError();
     if (launched != cudaSuccess) {
@@ -552,6 +604,61 @@ Error CudaEngine::enqueue_ops(cudaStream_t stream) {
                          opcode_name(graph_.ops[i].opcode));
     }
   }
+  if (profiling_run_ && !s.steps.empty()) {
+    KILN_TRY(cuda_status(cudaEventRecord(s.profile_events[s.steps.size()].get(), stream),
+                         Error::Internal, "Kiln engine: cannot record the profiling event"));
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::start_profile() {
+  DeviceState& s = *state_;
+  if (s.profile_events.size() == s.steps.size() + 1) {
+    return Error::Ok;
+  }
+  s.profile_events.clear();
+  for (size_t i = 0; i <= s.steps.size(); ++i) {
+    cudaEvent_t event = nullptr;
+    KILN_TRY(cuda_status(cudaEventCreate(&event), Error::Internal,
+                         "Kiln engine: cannot create a profiling event on device %d", device_));
+    s.profile_events.emplace_back(event);
+  }
+  if (profile_ == nullptr) {
+    std::string description;
+    for (const auto& [role, ids] : {std::pair<const char*, const std::vector<int64_t>*>{
+                                        "inputs", &graph_.inputs},
+                                    {"outputs", &graph_.outputs}}) {
+      description += std::string(description.empty() ? "" : ", ") + role;
+      for (size_t k = 0; k < ids->size() && k < 3; ++k) {
+        const Tensor& t = graph_.tensors[(*ids)[k]];
+        description += " " + compact_text(t);
+      }
+      if (ids->size() > 3) description += " +" + std::to_string(ids->size() - 3) + " more";
+    }
+    std::vector<profile::OpLabel> labels;
+    labels.reserve(graph_.ops.size());
+    for (const Op& op : graph_.ops) {
+      labels.push_back({opcode_name(op.opcode), op_output_text(graph_, op)});
+    }
+    profile_ = profile::add_engine(std::move(description), std::move(labels));
+  }
+  return Error::Ok;
+}
+
+Error CudaEngine::finish_profile(cudaStream_t stream,
+                                 std::chrono::steady_clock::time_point started) {
+  DeviceState& s = *state_;
+  KILN_TRY(cuda_status(cudaStreamSynchronize(stream), Error::Internal,
+                       "Kiln engine: the profiled run failed on device %d", device_));
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  std::vector<float> op_ms(s.steps.size(), 0.0f);
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    KILN_TRY(cuda_status(cudaEventElapsedTime(&op_ms[i], s.profile_events[i].get(),
+                                              s.profile_events[i + 1].get()),
+                         Error::Internal, "Kiln engine: op %zu: reading the profiling events", i));
+  }
+  profile::add_run(*profile_, op_ms, wall_ms);
   return Error::Ok;
 }
 

@@ -68,6 +68,9 @@ class Engine {
   /// Threading: one engine runs one execute() at a time (its arena, staging buffers and CUDA
   /// graph serve every run), so calls on one engine must not overlap; different engines share no
   /// mutable state and may execute concurrently from different threads.
+  /// Profiling (profile.h; kiln_executorch_set_profiling): while it is on, a run outside a
+  /// caller's stream capture is eager (no graph replay), records a CUDA event between ops and
+  /// returns after its stream has finished.
   virtual executorch::runtime::Error execute(executorch::runtime::Span<const Binding> inputs,
                                              executorch::runtime::Span<const Binding> outputs,
                                              CUstream_st* stream = nullptr) = 0;

@@ -88,7 +88,9 @@ def test_backend_exports_only_its_c_api():
                      "kiln_executorch_weight_allocated_bytes",
                      "kiln_executorch_weight_requested_bytes",
                      "kiln_executorch_activation_bytes", "kiln_executorch_set_stream",
-                     "kiln_executorch_current_stream", "kiln_executorch_copy_counters"}, names
+                     "kiln_executorch_current_stream", "kiln_executorch_copy_counters",
+                     "kiln_executorch_set_profiling", "kiln_executorch_reset_profile",
+                     "kiln_executorch_profile_report", "kiln_executorch_profile_total_ms"}, names
 
 
 def test_installed_layout_and_cmake_package():

@@ -24,6 +24,7 @@ TEST(RunnerOptions, DefaultsToForwardOneRunEightValues) {
   EXPECT_EQ(o.values, 8u);
   EXPECT_EQ(o.iterations, 0);
   EXPECT_FALSE(o.copy_stats);
+  EXPECT_FALSE(o.profile);
 }
 
 TEST(RunnerOptions, ParsesEveryOption) {
@@ -31,7 +32,8 @@ TEST(RunnerOptions, ParsesEveryOption) {
   std::string e;
   ASSERT_TRUE(parse({"m.pte", "--method", "encode", "--input", "0=a.bin", "--input", "1=b.bin",
                      "--shape", "0=3,256", "--next", "--input", "0=c.bin", "--iterations", "10",
-                     "--warmup", "2", "--output-dir", "out", "--values", "3", "--copy-stats"},
+                     "--warmup", "2", "--output-dir", "out", "--values", "3", "--copy-stats",
+                     "--profile"},
                     o, e))
       << e;
   EXPECT_EQ(o.method, "encode");
@@ -45,6 +47,17 @@ TEST(RunnerOptions, ParsesEveryOption) {
   EXPECT_EQ(o.output_dir, "out");
   EXPECT_EQ(o.values, 3u);
   EXPECT_TRUE(o.copy_stats);
+  EXPECT_TRUE(o.profile);
+}
+
+TEST(RunnerOptions, ProfileIsAFlagWithoutAValue) {
+  Options o;
+  std::string e;
+  ASSERT_TRUE(parse({"--profile", "m.pte", "--iterations", "5"}, o, e)) << e;
+  EXPECT_TRUE(o.profile);
+  EXPECT_EQ(o.model, "m.pte");
+  EXPECT_EQ(o.iterations, 5);
+  EXPECT_TRUE(std::string(kiln::runner::kUsage).find("--profile") != std::string::npos);
 }
 
 TEST(RunnerOptions, RejectsMalformedArguments) {
