@@ -15,8 +15,9 @@ size; an extra kCopy would cost a launch and memory traffic for nothing.
 Then, in order: dead-op elimination; bias+activation epilogue fusion into kMatmul; precision
 conversion (fp16/bf16: floating weights and activations in the low dtype, kCopy casts at the
 delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 only sets the
-header); binding of outputs to the runtime's output memory; liveness-based best-fit planning of
-the arena (256-byte aligned).
+header); elementwise-chain fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise
+kernel, after precision conversion so each step keeps its op's rounding); binding of outputs to
+the runtime's output memory; liveness-based best-fit planning of the arena (256-byte aligned).
 
 A partition with bounded dynamic sizes is lowered by all of the above once per assignment of its
 symbols (dynamic.py) and written as a variant set (blob_writer.write_variant_set); a static one
