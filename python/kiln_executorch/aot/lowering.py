@@ -41,7 +41,7 @@ import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .blob_format import (ARENA_ALIGNMENT, FUSED_INSTR_WIDTH, MAX_FUSED_INPUTS, MAX_FUSED_INSTRS,
+from .blob_format import (ARENA_ALIGNMENT, MAX_FUSED_INPUTS, MAX_FUSED_INSTRS,
                           MAX_RANK, BinaryKind, DTYPES, Epilogue, FusedForm, Opcode, PoolKind,
                           Precision, double_to_bits,
                           ReduceKind, Storage, UnaryKind, tensor_fields,
