@@ -173,7 +173,29 @@ enum class Opcode : uint32_t {
   // and then nothing of out is written. With duplicate positions any one of the rows wins.
   // [t values, t positions, t out, n outer, n dim_size, n inner, n num_positions]
   kIndexPut = 13,
+  // A straight-line program of elementwise instructions evaluated per output element in one
+  // kernel (what the builder makes of a chain of kUnary / kBinary / kWhere ops). out is
+  // contiguous with shape `sizes`; input i (a Float32, Float16, BFloat16 or Bool tensor; Bool
+  // reads as 0 / 1) is read at sum(idx_d * strides[i * rank + d]). Registers are fp32: register
+  // i < num_inputs holds input i, and instruction j writes register num_inputs + j; out is the
+  // last register. Instruction j is the kFusedInstrWidth integers of program[j * 8, j * 8 + 8):
+  //   [n form(FusedForm), n kind, n src0, n src1, n src2, f p0, f p1, n round(DType)]
+  // kUnary: op kind(UnaryKind)(src0; p0, p1). kBinary: kind(BinaryKind)(src0, src1) with alpha
+  // p0, and src1 == -1 meaning the scalar p1. kWhere: src0 != 0 ? src1 : src2 (kind 0). Every
+  // source is a register written before (< num_inputs + j). The result is rounded to `round`
+  // (Float32, Float16 or BFloat16: the dtype the unfused op's result had), so the fused program
+  // gives the same bits as the ops it replaces, then stored to out's dtype (floating). Kinds are
+  // the floating ones: no compare or logical kind, no logical_not.
+  // [t out, n rank, [rank] sizes, n num_inputs, t[num_inputs] inputs, [num_inputs*rank] strides,
+  //  n num_instrs, [num_instrs*8] program]
+  kFusedElementwise = 14,
 };
+
+inline constexpr uint32_t kMaxFusedInputs = 8;
+inline constexpr uint32_t kMaxFusedInstrs = 16;
+inline constexpr uint32_t kFusedInstrWidth = 8;
+
+enum class FusedForm : int64_t { kUnary = 0, kBinary = 1, kWhere = 2 };
 
 enum class BinaryKind : int64_t {
   kAdd = 0, kSub = 1, kMul = 2, kDiv = 3, kPow = 4, kMaximum = 5, kMinimum = 6,

@@ -79,6 +79,8 @@ StepResult make_step(const Op& op, const InitContext& ctx) {
       return kernels::make_pool2d_step(std::get<Pool2dArgs>(op.args), ctx);
     case blob::Opcode::kIndexPut:
       return kernels::make_index_put_step(std::get<IndexPutArgs>(op.args), ctx);
+    case blob::Opcode::kFusedElementwise:
+      return kernels::make_fused_elementwise_step(std::get<FusedElementwiseArgs>(op.args), ctx);
   }
   return fail(nullptr, Error::InvalidProgram, "Kiln engine: op %zu has unknown opcode %u",
               ctx.op_index, static_cast<unsigned>(op.opcode));

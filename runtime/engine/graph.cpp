@@ -57,6 +57,7 @@ const char* opcode_name(blob::Opcode opcode) {
     case blob::Opcode::kConv2d: return "conv2d";
     case blob::Opcode::kPool2d: return "pool2d";
     case blob::Opcode::kIndexPut: return "index_put";
+    case blob::Opcode::kFusedElementwise: return "fused_elementwise";
   }
   return "unknown opcode";
 }

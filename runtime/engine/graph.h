@@ -123,9 +123,29 @@ struct IndexPutArgs {
   int64_t outer, dim_size, inner, num_positions;
 };
 
+struct FusedInstr {
+  blob::FusedForm form;
+  int64_t kind;    // UnaryKind or BinaryKind (0 for kWhere)
+  int32_t src[3];  // registers; src[1] == -1: a binary's scalar p1; unused sources are -1
+  double p0, p1;
+  blob::DType round;  // Float32, Float16 or BFloat16
+};
+
+struct FusedElementwiseArgs {
+  int64_t out;
+  uint32_t rank;
+  int64_t sizes[blob::kMaxRank];
+  uint32_t num_inputs;
+  int64_t inputs[blob::kMaxFusedInputs];
+  int64_t strides[blob::kMaxFusedInputs][blob::kMaxRank];
+  uint32_t num_instrs;
+  FusedInstr instrs[blob::kMaxFusedInstrs];
+};
+
 using OpArgs =
     std::variant<CopyArgs, BinaryArgs, UnaryArgs, WhereArgs, MatmulArgs, SoftmaxArgs, LayerNormArgs,
-                 ReduceArgs, EmbeddingArgs, FillArgs, Conv2dArgs, Pool2dArgs, IndexPutArgs>;
+                 ReduceArgs, EmbeddingArgs, FillArgs, Conv2dArgs, Pool2dArgs, IndexPutArgs,
+                 FusedElementwiseArgs>;
 
 struct Op {
   blob::Opcode opcode;

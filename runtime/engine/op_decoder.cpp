@@ -265,7 +265,7 @@ class OpDecoder {
     int64_t id;
     const char* name;
   };
-  static constexpr size_t kMaxRead = 4;
+  static constexpr size_t kMaxRead = blob::kMaxFusedInputs;
 
   const Graph& graph_;
   size_t index_;
@@ -732,6 +732,97 @@ Pool2dArgs decode_pool2d(OpDecoder& d) {
   return a;
 }
 
+bool is_floating_kind(blob::UnaryKind k) { return k != blob::UnaryKind::kLogicalNot; }
+
+FusedElementwiseArgs decode_fused_elementwise(OpDecoder& d) {
+  FusedElementwiseArgs a{};
+  if (!d.expect_at_least(3)) {
+    return a;
+  }
+  a.rank = d.rank(1);
+  const uint32_t r = a.rank;
+  if (!d.expect_at_least(4 + uint64_t{r})) {
+    return a;
+  }
+  a.num_inputs = static_cast<uint32_t>(d.integer(2 + r, "num_inputs", 0, blob::kMaxFusedInputs));
+  const uint32_t n_in = a.num_inputs;
+  const uint64_t instrs_at = 3 + uint64_t{r} + n_in + uint64_t{n_in} * r;
+  if (!d.expect_at_least(instrs_at + 1)) {
+    return a;
+  }
+  a.num_instrs = static_cast<uint32_t>(
+      d.integer(instrs_at, "num_instrs", 1, blob::kMaxFusedInstrs));
+  const uint64_t program_at = instrs_at + 1;
+  if (!d.expect_count(program_at + uint64_t{a.num_instrs} * blob::kFusedInstrWidth,
+                      " (4 + rank + num_inputs * (1 + rank) + 8 * num_instrs)")) {
+    return a;
+  }
+  a.out = d.output(0, "out");
+  d.integers(2, r, "sizes", 0, a.sizes);
+  for (uint32_t i = 0; i < n_in && d.ok(); ++i) {
+    a.inputs[i] = d.input(3 + r + i, "inputs[i]");
+    d.integers(3 + r + n_in + uint64_t{i} * r, r, "strides", kInt64Min, a.strides[i]);
+  }
+  if (!d.ok()) {
+    return a;
+  }
+  const int64_t numel = numel_of(d, r, a.sizes);
+  d.require_numel(a.out, "out", numel, "sizes");
+  d.require_floating(a.out, "out");
+  for (uint32_t i = 0; i < n_in && d.ok(); ++i) {
+    const blob::DType dt = d.t(a.inputs[i]).dtype;
+    d.require_dtype(a.inputs[i], "an input", is_floating(dt) || dt == blob::DType::kBool,
+                    "Float32, Float16, BFloat16 or Bool");
+    d.check_extent("an input", a.inputs[i], r, a.sizes, 0, a.strides[i]);
+  }
+  for (uint32_t j = 0; j < a.num_instrs && d.ok(); ++j) {
+    const size_t at = program_at + size_t{j} * blob::kFusedInstrWidth;
+    FusedInstr& in = a.instrs[j];
+    in.form = d.kind<blob::FusedForm>(at, "program form", "FusedForm", 3);
+    const int64_t defined = int64_t{n_in} + j;  // registers written before instruction j
+    int needed = 1;
+    if (in.form == blob::FusedForm::kUnary) {
+      const auto k = d.kind<blob::UnaryKind>(at + 1, "program kind", "UnaryKind", 24);
+      if (d.ok() && !is_floating_kind(k)) {
+        d.fail("instruction %u: logical_not is not a fused kind", j);
+      }
+      in.kind = static_cast<int64_t>(k);
+    } else if (in.form == blob::FusedForm::kBinary) {
+      const auto k = d.kind<blob::BinaryKind>(at + 1, "program kind", "BinaryKind", 17);
+      if (d.ok() && is_compare_or_logical(k)) {
+        d.fail("instruction %u: compare and logical kinds are not fused kinds", j);
+      }
+      in.kind = static_cast<int64_t>(k);
+      needed = 2;
+    } else {
+      in.kind = d.integer(at + 1, "program kind", 0, 0);
+      needed = 3;
+    }
+    for (int s = 0; s < 3 && d.ok(); ++s) {
+      const int64_t v = d.raw(at + 2 + s);
+      // A binary's second source may be -1 (the scalar); sources past the form's are -1.
+      const bool may_be_absent = s >= needed || (in.form == blob::FusedForm::kBinary && s == 1);
+      if ((v == -1 && may_be_absent) || (s < needed && v >= 0 && v < defined)) {
+        in.src[s] = static_cast<int32_t>(v);
+      } else {
+        d.fail("instruction %u: source %d is register %lld; it must be one written before "
+               "(0..%lld)%s",
+               j, s, ll(v), ll(defined - 1), may_be_absent ? " or -1" : "");
+      }
+    }
+    in.p0 = d.real(at + 5);
+    in.p1 = d.real(at + 6);
+    const int64_t rnd = d.raw(at + 7);
+    in.round = static_cast<blob::DType>(rnd);
+    if (d.ok() && rnd != static_cast<int64_t>(blob::DType::kFloat32) &&
+        rnd != static_cast<int64_t>(blob::DType::kFloat16) &&
+        rnd != static_cast<int64_t>(blob::DType::kBFloat16)) {
+      d.fail("instruction %u: round dtype %lld is not Float32, Float16 or BFloat16", j, ll(rnd));
+    }
+  }
+  return a;
+}
+
 }  // namespace
 
 Result<Op> decode_op(const Graph& graph, size_t index, blob::Opcode opcode, const int64_t* operands,
@@ -752,6 +843,7 @@ Result<Op> decode_op(const Graph& graph, size_t index, blob::Opcode opcode, cons
     case blob::Opcode::kConv2d: op.args = decode_conv2d(d); break;
     case blob::Opcode::kPool2d: op.args = decode_pool2d(d); break;
     case blob::Opcode::kIndexPut: op.args = decode_index_put(d); break;
+    case blob::Opcode::kFusedElementwise: op.args = decode_fused_elementwise(d); break;
   }
   d.check_output_disjoint();
   if (!d.ok()) {

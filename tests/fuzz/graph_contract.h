@@ -196,6 +196,10 @@ inline std::vector<int64_t> reads(const FillArgs&) { return {}; }
 inline std::vector<int64_t> reads(const Conv2dArgs& a) { return {a.x, a.weight, a.bias}; }
 inline std::vector<int64_t> reads(const Pool2dArgs& a) { return {a.x}; }
 inline std::vector<int64_t> reads(const IndexPutArgs& a) { return {a.values, a.positions}; }
+inline std::vector<int64_t> reads(const FusedElementwiseArgs& a) {
+  return {a.inputs, a.inputs + (a.num_inputs < blob::kMaxFusedInputs ? a.num_inputs
+                                                                     : blob::kMaxFusedInputs)};
+}
 
 /// Empty when `g` (returned by read_blob for the `size` bytes at `data`) keeps graph.h's promise;
 /// otherwise one sentence naming the first violation.
@@ -312,6 +316,41 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
       contiguous_strides(a->rank, a->sizes, out_strides);
       const int64_t* strides[4] = {out_strides, a->cond_strides, a->a_strides, a->b_strides};
       if (c.ok() && plannable) check_strided_plan<4>(c, a->rank, a->sizes, strides);
+    } else if (const auto* a = std::get_if<FusedElementwiseArgs>(&op.args)) {
+      if (a->rank > blob::kMaxRank || a->num_inputs > blob::kMaxFusedInputs ||
+          a->num_instrs < 1 || a->num_instrs > blob::kMaxFusedInstrs) {
+        c.violated("fused rank, input or instruction count", a->rank, a->num_inputs);
+        break;
+      }
+      c.numel(a->out, product(a->rank, a->sizes), "fused out numel");
+      for (uint32_t k = 0; k < a->num_inputs && c.ok(); ++k) {
+        c.extent(a->inputs[k], a->rank, a->sizes, 0, a->strides[k],
+                 "fused reads an input out of range");
+      }
+      for (uint32_t j = 0; j < a->num_instrs && c.ok(); ++j) {
+        const FusedInstr& in = a->instrs[j];
+        const int64_t defined = int64_t{a->num_inputs} + j;
+        const int needed = in.form == blob::FusedForm::kUnary ? 1
+                           : in.form == blob::FusedForm::kBinary ? 2 : 3;
+        for (int s = 0; s < 3; ++s) {
+          const bool absent_ok = s >= needed || (in.form == blob::FusedForm::kBinary && s == 1);
+          const bool written = s < needed && in.src[s] >= 0 && in.src[s] < defined;
+          if (!(in.src[s] == -1 && absent_ok) && !written) {
+            c.violated("fused instruction reads a register not yet written", j, in.src[s]);
+          }
+        }
+      }
+      int64_t out_strides[blob::kMaxRank];
+      contiguous_strides(a->rank, a->sizes, out_strides);
+      const int64_t zero[blob::kMaxRank] = {};
+      const int64_t* strides[1 + blob::kMaxFusedInputs];
+      strides[0] = out_strides;
+      for (uint32_t k = 0; k < blob::kMaxFusedInputs; ++k) {
+        strides[1 + k] = k < a->num_inputs ? a->strides[k] : zero;
+      }
+      if (c.ok() && plannable) {
+        check_strided_plan<1 + blob::kMaxFusedInputs>(c, a->rank, a->sizes, strides);
+      }
     } else if (const auto* a = std::get_if<MatmulArgs>(&op.args)) {
       c.numel(a->out, product({a->batch, a->m, a->n}), "matmul out numel");
       const i128 a_matrix = product({a->m, a->k}), b_matrix = product({a->k, a->n});

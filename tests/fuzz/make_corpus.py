@@ -206,6 +206,22 @@ def handmade_valid() -> dict[str, bytes]:
              cond_strides=[0, 1], a_strides=[0, 1], b_strides=[0, 0])
     blobs["where_broadcast_weight"] = _plan(g)
 
+    # A fused program: bf16 and Bool inputs read through broadcast strides, every form.
+    g = Graph()
+    x = _io(g, torch.bfloat16, (2, 3, 4), IN, 0)
+    bias = _io(g, f32, (3,), IN, 1)
+    cond = _io(g, b, (2, 1, 4), IN, 2)
+    out = _io(g, f32, (2, 3, 4), OUT, 0)
+    d = bf.double_to_bits
+    program = [bf.FusedForm.BINARY, bf.BinaryKind.ADD, 0, 1, -1, d(0.5), d(0.0), bf.DType.BFLOAT16,
+               bf.FusedForm.UNARY, bf.UnaryKind.HARDSWISH, 3, -1, -1, d(0.0), d(0.0),
+               bf.DType.FLOAT32,
+               bf.FusedForm.WHERE, 0, 2, 4, 0, d(0.0), d(0.0), bf.DType.FLOAT32]
+    g.add_op(bf.Opcode.FUSED_ELEMENTWISE, out=out, rank=3, sizes=[2, 3, 4], num_inputs=3,
+             inputs=[x, bias, cond], strides=[12, 4, 1, 0, 1, 0, 4, 0, 1], num_instrs=3,
+             program=[int(v) for v in program])
+    blobs["fused_elementwise_broadcast_where"] = _plan(g)
+
     g = Graph(precision=bf.Precision.TF32)
     a = _io(g, f32, (2, 3, 4), IN, 0)
     wt = g.add_weight(torch.arange(20, dtype=f32).reshape(5, 4))

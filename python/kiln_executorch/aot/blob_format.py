@@ -98,6 +98,7 @@ class Opcode(IntEnum):
     CONV2D = 11
     POOL2D = 12
     INDEX_PUT = 13
+    FUSED_ELEMENTWISE = 14
 
 
 class BinaryKind(IntEnum):
@@ -147,6 +148,17 @@ class UnaryKind(IntEnum):
     ERFINV = 23
 
 
+MAX_FUSED_INPUTS = 8
+MAX_FUSED_INSTRS = 16
+FUSED_INSTR_WIDTH = 8
+
+
+class FusedForm(IntEnum):
+    UNARY = 0
+    BINARY = 1
+    WHERE = 2
+
+
 class ReduceKind(IntEnum):
     SUM = 0
     MEAN = 1
@@ -169,7 +181,8 @@ class Epilogue(IntEnum):
 
 # Operand layouts, copied verbatim from the comment above each opcode in blob_format.h.
 # "t name": tensor id (-1 = none where allowed), "f name": double, "n name": integer,
-# "[rank] name": `rank` consecutive integers. A "(Kind)" suffix names the enum the integer holds.
+# "[rank] name": `rank` consecutive integers ("[a*b] name": a * b of them, both earlier "n" fields
+# or numbers); "t[k] name": k tensor ids. A "(Kind)" suffix names the enum the integer holds.
 OPERAND_LAYOUTS = {
     Opcode.COPY: ("t x", "t out", "n rank", "[rank] sizes", "n in_offset", "[rank] in_strides",
                   "n out_offset", "[rank] out_strides"),
@@ -194,6 +207,9 @@ OPERAND_LAYOUTS = {
                     "n H_out", "n W_out", "n count_include_pad"),
     Opcode.INDEX_PUT: ("t values", "t positions", "t out", "n outer", "n dim_size", "n inner",
                        "n num_positions"),
+    Opcode.FUSED_ELEMENTWISE: ("t out", "n rank", "[rank] sizes", "n num_inputs",
+                               "t[num_inputs] inputs", "[num_inputs*rank] strides", "n num_instrs",
+                               "[num_instrs*8] program"),
 }
 
 
@@ -207,8 +223,21 @@ FIELDS = {op: tuple(parse_field(s) for s in layout) for op, layout in OPERAND_LA
 
 
 def tensor_fields(opcode):
-    """Names of the operands of `opcode` that hold tensor ids."""
+    """Names of the operands of `opcode` that hold one tensor id each."""
     return tuple(name for kind, name in FIELDS[opcode] if kind == "t")
+
+
+def tensor_list_fields(opcode):
+    """Names of the operands of `opcode` that hold a list of tensor ids ("t[k]")."""
+    return tuple(name for kind, name in FIELDS[opcode] if kind.startswith("t["))
+
+
+def _count(kind, values):
+    """The element count of a "[a*b]" or "t[a]" field from the fields decoded before it."""
+    n = 1
+    for factor in kind[kind.index("[") + 1:-1].split("*"):
+        n *= int(factor) if factor.isdigit() else int(values[factor])
+    return n
 
 
 def double_to_bits(value):
@@ -222,31 +251,36 @@ def bits_to_double(bits):
 def encode_operands(opcode, operands):
     """Flattens the operand dict of one op into the int64 slots of the operand pool."""
     out = []
-    rank = None
     for kind, name in FIELDS[opcode]:
         value = operands[name]
         if kind == "f":
             out.append(double_to_bits(value))
-        elif kind == "[rank]":
-            if len(value) != rank:
-                raise ValueError(f"{opcode.name}.{name} has {len(value)} entries, rank is {rank}")
+        elif "[" in kind:
+            n = _count(kind, operands)
+            if len(value) != n:
+                what = "rank" if kind == "[rank]" else kind[kind.index("[") + 1:-1]
+                raise ValueError(f"{opcode.name}.{name} has {len(value)} entries, {what} is {n}")
             out.extend(int(v) for v in value)
         else:
             out.append(int(value))
-            if name == "rank":
-                rank = int(value)
     return out
 
 
 def decode_operands(opcode, slots):
-    """Inverse of encode_operands: int64 slots -> operand dict (lists for "[rank]" fields)."""
+    """Inverse of encode_operands: int64 slots -> operand dict (lists for "[k]" fields)."""
     operands = {}
     pos = 0
     for kind, name in FIELDS[opcode]:
-        if kind == "[rank]":
-            operands[name] = list(slots[pos:pos + operands["rank"]])
-            pos += operands["rank"]
+        if "[" in kind:
+            n = _count(kind, operands)
+            if n < 0 or pos + n > len(slots):
+                raise ValueError(f"{opcode.name}.{name}: {n} entries past the {len(slots)} "
+                                 "operands")
+            operands[name] = [int(v) for v in slots[pos:pos + n]]
+            pos += n
         else:
+            if pos >= len(slots):
+                raise ValueError(f"{opcode.name}: {len(slots)} operands, layout needs more")
             operands[name] = bits_to_double(slots[pos]) if kind == "f" else int(slots[pos])
             pos += 1
     if pos != len(slots):

@@ -140,6 +140,8 @@ def read_blob(blob: bytes, weights: bytes = None) -> Graph:
         operands = bf.decode_operands(opcode, pool[first:first + n])
         for name in bf.tensor_fields(opcode):
             _check(-1 <= operands[name] < len(graph.tensors), f"op {i} {name} = {operands[name]}")
+        for name in bf.tensor_list_fields(opcode):
+            _check(all(0 <= t < len(graph.tensors) for t in operands[name]), f"op {i} {name}")
         graph.ops.append(Op(opcode, operands))
 
     io = [bf.IO_ENTRY.unpack_from(blob, h["io_offset"] + bf.IO_ENTRY.size * i)[0]

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .blob_format import FIELDS, Opcode, Precision, Storage, tensor_fields
+from .blob_format import FIELDS, Opcode, Precision, Storage, tensor_fields, tensor_list_fields
 
 
 @dataclass
@@ -47,13 +47,16 @@ class Op:
 
     def reads(self):
         """Tensor ids this op reads (every tensor operand except `out`; -1 = none dropped)."""
-        return [self.operands[n] for n in tensor_fields(self.opcode)
-                if n != "out" and self.operands[n] >= 0]
+        single = [self.operands[n] for n in tensor_fields(self.opcode)
+                  if n != "out" and self.operands[n] >= 0]
+        return single + [t for n in tensor_list_fields(self.opcode) for t in self.operands[n]]
 
     def rename(self, old, new):
         for n in tensor_fields(self.opcode):
             if self.operands[n] == old:
                 self.operands[n] = new
+        for n in tensor_list_fields(self.opcode):
+            self.operands[n] = [new if t == old else t for t in self.operands[n]]
 
 
 @dataclass

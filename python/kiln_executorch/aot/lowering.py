@@ -15,8 +15,9 @@ size; an extra kCopy would cost a launch and memory traffic for nothing.
 Then, in order: dead-op elimination; bias+activation epilogue fusion into kMatmul; precision
 conversion (fp16/bf16: floating weights and activations in the low dtype, kCopy casts at the
 delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 only sets the
-header); binding of outputs to the runtime's output memory; liveness-based best-fit planning of
-the arena (256-byte aligned).
+header); elementwise-chain fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise
+kernel, after precision conversion so each step keeps its op's rounding); binding of outputs to
+the runtime's output memory; liveness-based best-fit planning of the arena (256-byte aligned).
 
 A partition with bounded dynamic sizes is lowered by all of the above once per assignment of its
 symbols (dynamic.py) and written as a variant set (blob_writer.write_variant_set); a static one
@@ -40,11 +41,14 @@ import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .blob_format import (ARENA_ALIGNMENT, BinaryKind, Epilogue, Opcode, PoolKind, Precision,
-                          ReduceKind, Storage, UnaryKind, tensor_fields)
+from .blob_format import (ARENA_ALIGNMENT, MAX_FUSED_INPUTS, MAX_FUSED_INSTRS,
+                          MAX_RANK, BinaryKind, DTYPES, Epilogue, FusedForm, Opcode, PoolKind,
+                          Precision, double_to_bits,
+                          ReduceKind, Storage, UnaryKind, tensor_fields,
+                          tensor_list_fields)
 from .blob_writer import write_blob, write_variant_set
 from .dynamic import assignments, program_symbols, specialise
-from .ir import Graph
+from .ir import Graph, Op
 from .supported_ops import CONSTANT_ONLY, SHAPE_ONLY, SUPPORTED_OPS, arguments, aten_op, val
 
 aten = torch.ops.aten
@@ -93,13 +97,16 @@ def build_variant_set(edge_program, precision=Precision.FP32) -> bytes:
     return write_variant_set(variants)
 
 
-def build_graph(edge_program, precision=Precision.FP32) -> Graph:
-    """Edge program of one partition -> planned Kiln IR, ready for write_blob."""
+def build_graph(edge_program, precision=Precision.FP32, fuse=True) -> Graph:
+    """Edge program of one partition -> planned Kiln IR, ready for write_blob (fuse=False keeps
+    every elementwise op its own kernel, the form fusion is checked against)."""
     g = _Lowering(edge_program).run()
     g.precision = precision
     eliminate_dead_ops(g)
     fuse_matmul_epilogues(g)
     convert_precision(g, precision)
+    if fuse:
+        fuse_elementwise(g)
     bind_outputs(g)
     compact(g)
     plan_memory(g)
@@ -888,6 +895,164 @@ def _full_precision_outputs(g):
     return keep
 
 
+# Elementwise-chain fusion.
+
+_FLOATING = (torch.float32, torch.float16, torch.bfloat16)
+_FUSABLE_BINARY = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
+                   BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV,
+                   BinaryKind.REMAINDER}
+
+
+def _accesses(g, op):
+    """(tensor id, sizes, strides) of every tensor `op` reads, over the op's own index space;
+    None when the op cannot join a fused program (kinds or dtypes outside fp32 math)."""
+    o = op.operands
+    dtype = lambda t: g.tensors[t].dtype  # noqa: E731
+    if dtype(o["out"]) not in _FLOATING or any(
+            g.tensors[g.root(t)].storage == Storage.STATE for t in op.reads()):
+        return None
+    if op.opcode == Opcode.UNARY:
+        if o["kind"] == UnaryKind.LOGICAL_NOT or dtype(o["x"]) not in _FLOATING:
+            return None
+        n = g.tensors[o["out"]].numel
+        return [(o["x"], [n], [1])]
+    if op.opcode == Opcode.BINARY:
+        if o["kind"] not in _FUSABLE_BINARY or dtype(o["a"]) not in _FLOATING or (
+                o["b"] >= 0 and dtype(o["b"]) not in _FLOATING):
+            return None
+        reads = [(o["a"], o["sizes"], o["a_strides"])]
+        return reads + ([(o["b"], o["sizes"], o["b_strides"])] if o["b"] >= 0 else [])
+    if op.opcode == Opcode.WHERE:
+        if dtype(o["cond"]) != torch.bool or dtype(o["a"]) not in _FLOATING or \
+                dtype(o["b"]) not in _FLOATING:
+            return None
+        return [(o[k], o["sizes"], o[k + "_strides"]) for k in ("cond", "a", "b")]
+    return None
+
+
+def _suffix_products(sizes):
+    out, acc = [1], 1
+    for n in reversed(sizes):
+        acc *= n
+        out.append(acc)
+    return out
+
+
+def _refine(all_sizes):
+    """The coarsest shape whose every dim lies inside one dim of each of `all_sizes` (same numel),
+    as its suffix products, largest first; None when there is none."""
+    bounds = sorted({p for sizes in all_sizes for p in _suffix_products(sizes)}, reverse=True)
+    if any(a % b for a, b in zip(bounds, bounds[1:])):
+        return None
+    return bounds
+
+
+def _restride(bounds, sizes, strides):
+    """Strides of an access given over `sizes` re-expressed over the refined shape."""
+    inner = _suffix_products(sizes)[::-1][1:]       # inner[d] = prod(sizes[d + 1:])
+    out = []
+    for q in bounds[1:]:                            # q = the refined dim's inner product
+        d = next(d for d in range(len(sizes)) if inner[d] <= q < inner[d] * sizes[d])
+        out.append(strides[d] * (q // inner[d]))
+    return out
+
+
+def _fused_operands(g, ops):
+    """The kFusedElementwise operands computing `ops` (in program order, the last one the result,
+    every other one's result read only inside `ops`), or None when they do not fit one."""
+    produced = {g.root(op.out): op for op in ops}
+    accesses = {id(op): _accesses(g, op) for op in ops}
+    numel = g.tensors[ops[-1].out].numel
+    if numel == 0 or any(a is None for a in accesses.values()) or any(
+            g.tensors[op.out].numel != numel for op in ops):
+        return None
+    bounds = _refine([sizes for op in ops for _, sizes, _ in accesses[id(op)]])
+    if bounds is None or len(bounds) - 1 > MAX_RANK:
+        return None
+    refined = [a // b for a, b in zip(bounds, bounds[1:])]
+    inputs, strides, regs, program = [], [], {}, []
+    for op in ops:
+        srcs = []
+        for tid, sizes, st in accesses[id(op)]:
+            root = g.root(tid)
+            if root in produced and produced[root] is not op:
+                if st != _contiguous_strides(sizes) or g.tensors[root].numel != numel:
+                    return None
+                srcs.append(regs[root])
+                continue
+            key = (tid, tuple(_restride(bounds, sizes, st)))
+            if key not in inputs:
+                inputs.append(key)
+            srcs.append(inputs.index(key))
+        o = op.operands
+        rnd = int(DTYPES[g.tensors[op.out].dtype])
+        if op.opcode == Opcode.UNARY:
+            instr = [FusedForm.UNARY, o["kind"], srcs[0], -1, -1, o["p0"], o["p1"], rnd]
+        elif op.opcode == Opcode.BINARY:
+            s1 = srcs[1] if o["b"] >= 0 else -1
+            instr = [FusedForm.BINARY, o["kind"], srcs[0], s1, -1, o["alpha"], o["scalar"], rnd]
+        else:
+            instr = [FusedForm.WHERE, 0, srcs[0], srcs[1], srcs[2], 0.0, 0.0, rnd]
+        program.append(instr)
+        regs[g.root(op.out)] = ("reg", len(program) - 1)
+    if len(inputs) > MAX_FUSED_INPUTS or len(program) > MAX_FUSED_INSTRS:
+        return None
+    # Registers: inputs first, then one per instruction.
+    flat = []
+    for instr in program:
+        srcs = [len(inputs) + s[1] if isinstance(s, tuple) else s for s in instr[2:5]]
+        flat += [int(instr[0]), int(instr[1]), *srcs, double_to_bits(instr[5]),
+                 double_to_bits(instr[6]), instr[7]]
+    sizes, all_strides = _coalesce(refined, *[list(st) for _, st in inputs],
+                                   _contiguous_strides(refined))
+    return dict(out=ops[-1].out, rank=len(sizes), sizes=sizes, num_inputs=len(inputs),
+                inputs=[t for t, _ in inputs], strides=[s for st in all_strides[:-1] for s in st],
+                num_instrs=len(program), program=flat)
+
+
+def fuse_elementwise(g):
+    """Chains of kUnary / kBinary / kWhere ops in fp32 math become one kFusedElementwise op, so
+    the intermediates need no kernel launch and no arena memory. An op joins its reader's program
+    when its result (not a delegate output, not state) is read by that op only, elementwise (same
+    numel, contiguous), and the merged program still fits the format's limits. Runs after
+    convert_precision: each instruction rounds to the dtype its op's result had, which keeps
+    results bit-identical to the unfused ops; and before memory planning, so the intermediates
+    disappear from the arena."""
+    output_roots = {g.root(t) for t in g.outputs}
+    readers = {}
+    for op in g.ops:
+        for t in set(g.root(t) for t in op.reads()):
+            readers.setdefault(t, []).append(op)
+    producer = {}
+    group = {}      # id(op) -> the ops of the program it currently ends, in op order
+    position = {id(op): i for i, op in enumerate(g.ops)}
+    for op in g.ops:
+        group[id(op)] = [op]
+        if _accesses(g, op) is None:
+            continue
+        for root in dict.fromkeys(g.root(t) for t in op.reads()):
+            p = producer.get(root)
+            if p is None or root in output_roots or len(readers.get(root, [])) != 1 or \
+                    g.tensors[root].alias_of is not None or p.out != root:
+                continue
+            merged = sorted(group[id(p)] + group[id(op)], key=lambda o: position[id(o)])
+            if _fused_operands(g, merged) is not None:
+                group[id(op)] = merged
+                group[id(p)] = None
+        if op.out == g.root(op.out):
+            producer[op.out] = op
+    ops = []
+    for op in g.ops:
+        members = group[id(op)]
+        if members is None:
+            continue
+        if len(members) == 1:
+            ops.append(op)
+        else:
+            ops.append(Op(Opcode.FUSED_ELEMENTWISE, _fused_operands(g, members)))
+    g.ops = ops
+
+
 def bind_outputs(g):
     """Makes output i live in the runtime's output memory i. An op-computed arena tensor is
     retargeted there (with its views); an input, a weight, or a tensor already bound to another
@@ -928,6 +1093,8 @@ def compact(g):
         for name, old in list(op.operands.items()):
             if name in tensor_fields(op.opcode) and old >= 0:
                 op.operands[name] = new_id[old]
+            elif name in tensor_list_fields(op.opcode):
+                op.operands[name] = [new_id[t] for t in old]
     g.tensors = tensors
     g.inputs = [new_id[t] for t in g.inputs]
     g.outputs = [new_id[t] for t in g.outputs]

@@ -32,8 +32,10 @@ import torch.nn.functional as F
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .blob_format import (BinaryKind, Epilogue, Opcode, PoolKind, ReduceKind, Storage,
-                          UnaryKind, tensor_fields)
+from .blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType, Epilogue, FusedForm, Opcode,
+                          PoolKind, ReduceKind, Storage, TORCH_DTYPES, UnaryKind, tensor_fields,
+                          tensor_list_fields)
+from .blob_format import bits_to_double
 from .blob_writer import is_variant_set, read_blob, read_variant_set
 
 _ARITHMETIC = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
@@ -232,8 +234,9 @@ class _Machine:
             raise BlobExecutionError(f"op {i} ({op.opcode.name}) writes {storage.name} tensor "
                                      f"{out}; only INDEX_PUT writes state, and only state")
         buf, start, end = self._extent(out)
-        for name in tensor_fields(op.opcode):
-            tid = op.operands[name]
+        named = [(n, op.operands[n]) for n in tensor_fields(op.opcode)]
+        named += [(n, t) for n in tensor_list_fields(op.opcode) for t in op.operands[n]]
+        for name, tid in named:
             if name == "out" or tid < 0:
                 continue
             other, s, e = self._extent(tid)
@@ -281,6 +284,26 @@ class _Machine:
         vb = self.gather(b, _strided_index(sizes, b_strides))
         dtype = self.fp if self.g.tensors[out].dtype.is_floating_point else torch.int64
         self.write(out, None, torch.where(c, va.to(dtype), vb.to(dtype)))
+
+    def _fused_elementwise(self, out, rank, sizes, num_inputs, inputs, strides, num_instrs,
+                           program):
+        # Each instruction computes as the op it replaces and rounds to that op's output dtype,
+        # so a fused program gives the same values as the unfused ops.
+        regs = [self.gather(t, _strided_index(sizes, strides[i * rank:(i + 1) * rank]))
+                .to(self.fp) for i, t in enumerate(inputs)]
+        for j in range(num_instrs):
+            form, kind, s0, s1, s2, p0, p1, rnd = program[j * FUSED_INSTR_WIDTH:
+                                                          (j + 1) * FUSED_INSTR_WIDTH]
+            p0, p1 = bits_to_double(p0), bits_to_double(p1)
+            if form == FusedForm.UNARY:
+                v = _UNARY[UnaryKind(kind)](regs[s0], p0, p1)
+            elif form == FusedForm.BINARY:
+                b = regs[s1] if s1 >= 0 else torch.tensor(p1, dtype=self.fp)
+                v = _BINARY[BinaryKind(kind)](regs[s0], b, p0)
+            else:
+                v = torch.where(regs[s0] != 0, regs[s1], regs[s2])
+            regs.append(v.to(TORCH_DTYPES[DType(rnd)]).to(self.fp))
+        self.write(out, None, regs[-1])
 
     def _matrix(self, tid, g, batch_stride, rows, cols, transposed):
         """The g-th row-major matrix of `tid` as [rows, cols] (stored as [cols, rows] when

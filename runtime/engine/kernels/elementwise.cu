@@ -419,7 +419,122 @@ class WhereStep final : public Step {
   StridedLoop<4> loop_;
 };
 
+// ---------------------------------------------------------------------------------------------
+// Fused elementwise program. Loop operand 0 is out, 1 + i input i.
+
+constexpr int kFusedOperands = 1 + blob::kMaxFusedInputs;
+constexpr int kFusedRegisters = blob::kMaxFusedInputs + blob::kMaxFusedInstrs;
+
+struct FusedInstrDev {
+  int8_t form, src0, src1, src2;
+  int32_t kind;
+  float p0, p1;
+  DType round;
+};
+
+struct FusedProgram {
+  int32_t num_inputs, num_instrs;
+  DType in_dtype[blob::kMaxFusedInputs];
+  DType out_dtype;
+  FusedInstrDev instrs[blob::kMaxFusedInstrs];
+  const void* in[blob::kMaxFusedInputs];
+};
+
+// What storing into a tensor of `dt` and reading it back gives: the unfused op's rounding.
+__device__ __forceinline__ float round_to(DType dt, float v) {
+  switch (dt) {
+    case DType::kFloat16: return __half2float(__float2half_rn(v));
+    case DType::kBFloat16: return __bfloat162float(__float2bfloat16_rn(v));
+    default: return v;
+  }
+}
+
+template <typename Index>
+__global__ void fused_kernel(void* __restrict__ out, const FusedProgram prog,
+                             const StridedLoop<kFusedOperands> loop) {
+  const Index n = static_cast<Index>(loop.numel);
+  for (Index i = static_cast<Index>(thread_index()); i < n;
+       i += static_cast<Index>(thread_count())) {
+    int64_t off[kFusedOperands];
+    strided_offsets(loop, i, off);
+    float r[kFusedRegisters];
+    for (int k = 0; k < prog.num_inputs; ++k) {
+      r[k] = static_cast<float>(load_f64(prog.in[k], prog.in_dtype[k], off[1 + k]));
+    }
+    float v = 0.0f;
+    for (int j = 0; j < prog.num_instrs; ++j) {
+      const FusedInstrDev& in = prog.instrs[j];
+      if (in.form == static_cast<int8_t>(blob::FusedForm::kUnary)) {
+        v = unary_float(static_cast<UnaryKind>(in.kind), r[in.src0], in.p0, in.p1);
+      } else if (in.form == static_cast<int8_t>(blob::FusedForm::kBinary)) {
+        const float b = in.src1 >= 0 ? r[in.src1] : in.p1;
+        v = binary_float(static_cast<BinaryKind>(in.kind), r[in.src0], b, in.p0);
+      } else {
+        v = r[in.src0] != 0.0f ? r[in.src1] : r[in.src2];
+      }
+      v = round_to(in.round, v);
+      r[prog.num_inputs + j] = v;
+    }
+    store_f64(out, prog.out_dtype, off[0], static_cast<double>(v));
+  }
+}
+
+class FusedStep final : public Step {
+ public:
+  FusedStep(const FusedElementwiseArgs& args, const Graph& graph) : args_(args) {
+    int64_t out_strides[blob::kMaxRank];
+    contiguous_strides(args.rank, args.sizes, out_strides);
+    static const int64_t kZero[blob::kMaxRank] = {};
+    const int64_t* strides[kFusedOperands];
+    strides[0] = out_strides;
+    for (uint32_t k = 0; k < blob::kMaxFusedInputs; ++k) {
+      strides[1 + k] = k < args.num_inputs ? args.strides[k] : kZero;
+    }
+    loop_ = collapse<kFusedOperands>(args.rank, args.sizes, strides);
+    prog_.num_inputs = static_cast<int32_t>(args.num_inputs);
+    prog_.num_instrs = static_cast<int32_t>(args.num_instrs);
+    prog_.out_dtype = graph.tensors[args.out].dtype;
+    for (uint32_t k = 0; k < args.num_inputs; ++k) {
+      prog_.in_dtype[k] = graph.tensors[args.inputs[k]].dtype;
+    }
+    for (uint32_t j = 0; j < args.num_instrs; ++j) {
+      const FusedInstr& in = args.instrs[j];
+      prog_.instrs[j] = {static_cast<int8_t>(in.form), static_cast<int8_t>(in.src[0]),
+                         static_cast<int8_t>(in.src[1]), static_cast<int8_t>(in.src[2]),
+                         static_cast<int32_t>(in.kind), static_cast<float>(in.p0),
+                         static_cast<float>(in.p1), in.round};
+    }
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (loop_.numel == 0) {
+      return Error::Ok;
+    }
+    FusedProgram prog = prog_;
+    for (uint32_t k = 0; k < args_.num_inputs; ++k) {
+      prog.in[k] = ctx.ptr(args_.inputs[k]);
+    }
+    void* out = ctx.ptr(args_.out);
+    const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
+    if (loop_.numel <= INT32_MAX) {
+      fused_kernel<uint32_t><<<blocks, kBlock, 0, ctx.stream>>>(out, prog, loop_);
+    } else {
+      fused_kernel<int64_t><<<blocks, kBlock, 0, ctx.stream>>>(out, prog, loop_);
+    }
+    return Error::Ok;
+  }
+
+ private:
+  FusedElementwiseArgs args_;
+  FusedProgram prog_{};
+  StridedLoop<kFusedOperands> loop_;
+};
+
 }  // namespace
+
+StepResult make_fused_elementwise_step(const FusedElementwiseArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new FusedStep(args, ctx.graph));
+}
 
 StepResult make_binary_step(const BinaryArgs& args, const InitContext& ctx) {
   return std::unique_ptr<Step>(new BinaryStep(args, ctx.graph));

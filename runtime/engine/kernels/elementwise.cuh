@@ -10,5 +10,8 @@ namespace kiln::engine::kernels {
 StepResult make_binary_step(const BinaryArgs& args, const InitContext& ctx);
 StepResult make_unary_step(const UnaryArgs& args, const InitContext& ctx);
 StepResult make_where_step(const WhereArgs& args, const InitContext& ctx);
+// kFusedElementwise: a chain of the above in one kernel, each step rounded as the unfused op's
+// result would be (same math functions, so the same bits).
+StepResult make_fused_elementwise_step(const FusedElementwiseArgs& args, const InitContext& ctx);
 
 }  // namespace kiln::engine::kernels

@@ -90,7 +90,8 @@ def test_record_layouts_match(name, fmt, fields):
 
 
 @pytest.mark.parametrize("enum", [bf.DType, bf.Storage, bf.Precision, bf.Opcode, bf.BinaryKind,
-                                  bf.UnaryKind, bf.ReduceKind, bf.PoolKind, bf.Epilogue])
+                                  bf.UnaryKind, bf.ReduceKind, bf.PoolKind, bf.Epilogue,
+                                  bf.FusedForm])
 def test_enum_matches(enum):
     assert enum_values(enum.__name__) == {m.name: m.value for m in enum}
 

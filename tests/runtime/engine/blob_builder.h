@@ -184,6 +184,29 @@ class BlobBuilder {
     op(blob::Opcode::kIndexPut, {values, positions, out, outer, dim_size, inner, num_positions});
   }
 
+  /// One kFusedElementwise instruction, as blob_format.h lays it out.
+  struct Instr {
+    blob::FusedForm form;
+    int64_t kind, src0, src1 = -1, src2 = -1;
+    double p0 = 0, p1 = 0;
+    DType round = DType::kFloat32;
+  };
+
+  void fused(int64_t out, const Sizes& sizes, const std::vector<int64_t>& inputs,
+             const std::vector<Sizes>& strides, const std::vector<Instr>& program) {
+    std::vector<int64_t> v = {out, static_cast<int64_t>(sizes.size())};
+    append(v, sizes);
+    v.push_back(static_cast<int64_t>(inputs.size()));
+    append(v, inputs);
+    for (const Sizes& st : strides) append(v, st);
+    v.push_back(static_cast<int64_t>(program.size()));
+    for (const Instr& in : program) {
+      append(v, {static_cast<int64_t>(in.form), in.kind, in.src0, in.src1, in.src2, f(in.p0),
+                 f(in.p1), static_cast<int64_t>(in.round)});
+    }
+    op(blob::Opcode::kFusedElementwise, v);
+  }
+
   struct Conv2d {
     int64_t x, weight, bias = -1, out;
     int64_t n, c_in, h, w, c_out, kh, kw;

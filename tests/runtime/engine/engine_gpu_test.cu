@@ -784,6 +784,95 @@ TEST_F(EngineGpu, WhereBroadcastsAndMixesDtypes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fused elementwise programs.
+
+// out = where(cond, sigmoid(x * clamp(x + 3, 0, 6) / 6 + 0.5 * bias), x) over [2, 3, 8], bias
+// [3] and cond [2, 1, 8] broadcast through strides, every step rounded to `dtype`. The same
+// chain also runs unfused (one op per step, intermediates in the arena): the fused output must be
+// bit-identical to it and close to a float64 host reference.
+void run_fused_chain(DType dtype) {
+  using Instr = BlobBuilder::Instr;
+  using Form = blob::FusedForm;
+  const auto k = [](auto kind) { return static_cast<int64_t>(kind); };
+  OneOp c;
+  const Sizes sizes = {2, 3, 8};
+  const HostTensor x = random(dtype, sizes, -5, 5);
+  const HostTensor bias = random(dtype, {3});
+  const HostTensor cond = random_int(DType::kBool, {2, 1, 8}, 0, 1);
+  const int64_t xi = c.add_input(x), bi = c.add_input(bias), ci = c.add_input(cond);
+  const Sizes dense = {24, 8, 1}, bias_st = {0, 1, 0}, cond_st = {8, 0, 1}, none = {0, 0, 0};
+  const int64_t fused = c.b.output(dtype, sizes);
+  c.b.fused(fused, sizes, {xi, bi, ci}, {dense, bias_st, cond_st},
+            {Instr{Form::kBinary, k(BinaryKind::kAdd), 0, -1, -1, 1.0, 3.0, dtype},      // r3
+             Instr{Form::kUnary, k(UnaryKind::kClamp), 3, -1, -1, 0.0, 6.0, dtype},      // r4
+             Instr{Form::kBinary, k(BinaryKind::kMul), 0, 4, -1, 1.0, 0.0, dtype},       // r5
+             Instr{Form::kBinary, k(BinaryKind::kDiv), 5, -1, -1, 1.0, 6.0, dtype},      // r6
+             Instr{Form::kBinary, k(BinaryKind::kAdd), 6, 1, -1, 0.5, 0.0, dtype},       // r7
+             Instr{Form::kUnary, k(UnaryKind::kSigmoid), 7, -1, -1, 0.0, 0.0, dtype},    // r8
+             Instr{Form::kWhere, 0, 2, 8, 0, 0.0, 0.0, dtype}});                         // r9
+  int64_t t[7];
+  for (int64_t& id : t) id = c.b.arena(dtype, sizes);
+  c.b.binary(BinaryKind::kAdd, xi, -1, t[0], 1.0, 3.0, sizes, dense, none);
+  c.b.unary(UnaryKind::kClamp, t[0], t[1], 0.0, 6.0);
+  c.b.binary(BinaryKind::kMul, xi, t[1], t[2], 1.0, 0.0, sizes, dense, dense);
+  c.b.binary(BinaryKind::kDiv, t[2], -1, t[3], 1.0, 6.0, sizes, dense, none);
+  c.b.binary(BinaryKind::kAdd, t[3], bi, t[4], 0.5, 0.0, sizes, dense, bias_st);
+  c.b.unary(UnaryKind::kSigmoid, t[4], t[5]);
+  const int64_t unfused = c.b.output(dtype, sizes);
+  c.b.where(ci, t[5], xi, unfused, sizes, cond_st, dense, dense);
+  const auto runs = run_three_ways(c.b, c.inputs);
+  std::vector<double> want(24);
+  for_each_index(sizes, [&](int64_t i, const Sizes& id) {
+    const auto r = [&](double v) { return round_to(dtype, v); };
+    const double xv = x.v[i];
+    double v = r(std::min(std::max(r(xv + 3.0), 0.0), 6.0));
+    v = r(r(xv * v) / 6.0);
+    v = r(v + 0.5 * bias.v[id[1]]);
+    v = r(1.0 / (1.0 + std::exp(-v)));
+    want[i] = cond.v[id[0] * 8 + id[2]] != 0 ? v : xv;
+  });
+  const std::string name = dtype == DType::kFloat32 ? "fp32" : "bf16";
+  expect_output(runs, 0, want, tol_for(dtype, 2), "fused chain " + name);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].size(), 2u);
+    const std::vector<uint8_t> a = runs[r][0].bytes(), b = runs[r][1].bytes();
+    EXPECT_EQ(a, b) << "fused and unfused " << name << " differ [" << kRunNames[r] << "]";
+  }
+}
+
+TEST_F(EngineGpu, FusedElementwiseFp32MatchesTheUnfusedChain) { run_fused_chain(DType::kFloat32); }
+
+TEST_F(EngineGpu, FusedElementwiseBf16MatchesTheUnfusedChain) {
+  run_fused_chain(DType::kBFloat16);
+}
+
+TEST_F(EngineGpu, FusedElementwiseMixedInputDtypesAndRank0) {
+  // fp16 and fp32 inputs into an fp32 output; then a one-element (rank 0) program.
+  using Instr = BlobBuilder::Instr;
+  using Form = blob::FusedForm;
+  OneOp c;
+  const HostTensor h = random(DType::kFloat16, {5, 7});
+  const HostTensor f = random(DType::kFloat32, {7, 5});  // read transposed
+  const HostTensor s = random(DType::kFloat32, {1});
+  const int64_t hi = c.add_input(h), fi = c.add_input(f), si = c.add_input(s);
+  const int64_t out = c.b.output(DType::kFloat32, {5, 7});
+  c.b.fused(out, {5, 7}, {hi, fi}, {{7, 1}, {1, 5}},
+            {Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kMaximum), 0, 1},
+             Instr{Form::kUnary, static_cast<int64_t>(UnaryKind::kTanh), 2}});
+  const int64_t one = c.b.output(DType::kFloat32, {1});
+  c.b.fused(one, {}, {si}, {{}},
+            {Instr{Form::kUnary, static_cast<int64_t>(UnaryKind::kExp), 0},
+             Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kSub), 1, -1, -1, 1.0, 1.0}});
+  const auto runs = run_three_ways(c.b, c.inputs);
+  std::vector<double> want(35);
+  for_each_index({5, 7}, [&](int64_t i, const Sizes& id) {
+    want[i] = std::tanh(std::max(h.v[i], f.v[id[1] * 5 + id[0]]));
+  });
+  expect_output(runs, 0, want, tol_for(DType::kFloat32), "fused max/tanh, mixed dtypes");
+  expect_output(runs, 1, {std::exp(s.v[0]) - 1.0}, tol_for(DType::kFloat32), "fused rank 0");
+}
+
+// ---------------------------------------------------------------------------------------------
 // Matmul.
 
 struct MatmulCase {
