@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check, in two halves:
 #
-#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests] [--no-e2e]
+#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests | --tests T1,T2] [--no-e2e]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
@@ -24,12 +24,13 @@ mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; tests=1; e2e=1
+  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --keys) keys="$2"; shift 2 ;;
       --precisions) precisions="$2"; shift 2 ;;
       --no-tests) tests=0; shift ;;
+      --tests) only_tests="$2"; shift 2 ;;  # stage only these GPU test binaries (comma list)
       --no-e2e) e2e=0; shift ;;
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
@@ -45,7 +46,11 @@ prepare)
   # executorch's headers and CMake package, so examples/cpp_consumer can be built there.
   cp -a "$et_lib/cmake" "$stage/site/executorch/lib/"
   cp -a "$et_lib/../include" "$et_lib/../share" "$stage/site/executorch/"
-  [ "$tests" = 1 ] && find build/tests -type f -perm -u+x -name '*gpu*' -exec cp {} "$stage/tests/" \;
+  if [ "$tests" = 1 ]; then
+    find build/tests -type f -perm -u+x -name '*gpu*' | while read -r t; do
+      case ",${only_tests:-$(basename "$t")}," in *",$(basename "$t"),"*) cp "$t" "$stage/tests/" ;; esac
+    done
+  fi
   # Debug info stays here: the transfer to the GPU machine is limited in size.
   strip --strip-debug "$stage"/site/kiln_executorch/lib/*.so "$stage"/site/kiln_executorch/bin/* "$stage"/tests/* 2>/dev/null || true
   PYTHONPATH="$root/python:$root/bench" .venv/bin/python bench/export_models.py --out "$stage/models" \
@@ -134,7 +139,7 @@ run|sanitize)
     if cmake -S examples/cpp_consumer -B "$consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_PREFIX_PATH="$stage/site/kiln_executorch;$stage/site/executorch/lib/cmake/executorch" > "$out/consumer_build.log" 2>&1 \
        && cmake --build "$consumer" >> "$out/consumer_build.log" 2>&1; then
-      first=$(ls "$stage"/models/*_fp32.pte | head -1)
+      first=$(ls "$stage"/models/*.pte | head -1)
       "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     else

@@ -821,7 +821,7 @@ void run_fused_chain(DType dtype) {
   const int64_t unfused = c.b.output(dtype, sizes);
   c.b.where(ci, t[5], xi, unfused, sizes, cond_st, dense, dense);
   const auto runs = run_three_ways(c.b, c.inputs);
-  std::vector<double> want(24);
+  std::vector<double> want(2 * 3 * 8);
   for_each_index(sizes, [&](int64_t i, const Sizes& id) {
     const auto r = [&](double v) { return round_to(dtype, v); };
     const double xv = x.v[i];
