@@ -644,6 +644,15 @@ def _convolution(self, node):
     c_out, _, kh, kw = _shape(weight)
     out = self.new(node)
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
+    if h == w == kh == kw == 1 and groups == 1 and ph == pw == 0:
+        # A 1x1 convolution of a 1x1 image (squeeze-and-excitation blocks) is a GEMM:
+        # out[n, :] = weight[C_out, C_in] @ x[n, :] + bias. cuBLASLt runs it with the bias and a
+        # following ReLU in its epilogue; cuDNN's convolution paths are slow at this shape.
+        # (No producer entry: batch-norm folding rewrites convolution weights only.)
+        self.matmul(out, (self.tensor(x), False), (self.tensor(weight), True),
+                    -1 if bias is None else self.tensor(bias), 1, n, c_out, c_in,
+                    bias_shape=(c_out,), beta=1.0)
+        return out
     self.producer[node] = self.g.add_op(
         Opcode.CONV2D, x=self.tensor(x), weight=self.tensor(weight),
         bias=-1 if bias is None else self.tensor(bias), out=out, N=n, C_in=c_in, H=h, W=w,

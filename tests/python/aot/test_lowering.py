@@ -258,3 +258,20 @@ def test_low_precision_keeps_an_elementwise_float_output_in_float32():
     got = run_program(program, (x,), compute_dtype=torch.float32)[0]
     assert not torch.isnan(got).any()
     assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+
+
+def test_a_1x1_convolution_of_a_1x1_image_is_a_gemm_with_its_relu_in_the_epilogue():
+    # Squeeze-and-excitation: conv1x1 -> relu -> conv1x1 on a [N, C, 1, 1] tensor.
+    module = nn.Sequential(nn.Conv2d(16, 8, 1), nn.ReLU(), nn.Conv2d(8, 16, 1)).eval()
+    x = torch.randn(2, 16, 1, 1)
+    program = lower(module, (x,)).exported_program()
+    (blob,) = [m.processed_bytes for _, m in program.graph_module.named_children()
+               if hasattr(m, "processed_bytes")]
+    ops = read_blob(blob).ops
+    assert [op.opcode for op in ops] == [Opcode.MATMUL, Opcode.MATMUL]
+    assert ops[0].operands["epilogue"] == Epilogue.RELU
+    assert ops[0].operands["trans_b"] == 1 and ops[0].operands["bias_col_stride"] == 1
+    with torch.no_grad():
+        want = module(x)
+    got = run_program(program, (x,), compute_dtype=torch.float32)[0]
+    assert (got - want).abs().max() < 1e-5
