@@ -13,12 +13,16 @@ size, as raw little-endian float32 .bin files; and cases.json describing every r
 import argparse
 import copy
 import json
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from kiln_executorch.aot import export, read_delegates, read_operators
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import models  # noqa: E402  (tests/python/models.py)
 
 Dim = torch.export.Dim
 
@@ -28,27 +32,15 @@ def mlp():
     return nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).eval()
 
 
-class Block(nn.Module):
-    def __init__(self, d=32):
-        super().__init__()
-        torch.manual_seed(0)
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.scale = d ** -0.5
-
-    def forward(self, x):
-        h = self.ln1(x)
-        att = torch.softmax(self.q(h) @ self.k(h).transpose(-1, -2) * self.scale, dim=-1)
-        x = x + att @ self.v(h)
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+def block():
+    return models.PreNormBlock(32, 128)
 
 
 # name: (module, example input, dynamic dim, bound, sizes checked, precision, tolerance)
 PROGRAMS = {
     "mlp_fp32": (mlp, (4, 256), 0, (1, 16), (1, 7, 16), "fp32", {"atol": 1e-4, "rtol": 1e-4}),
     "mlp_bf16": (mlp, (4, 256), 0, (1, 16), (1, 7, 16), "bf16", {"atol": 0.0, "rel_max": 2e-2}),
-    "block_fp32": (Block, (1, 8, 32), 1, (1, 32), (1, 13, 32), "fp32",
+    "block_fp32": (block, (1, 8, 32), 1, (1, 32), (1, 13, 32), "fp32",
                    {"atol": 1e-4, "rtol": 1e-4}),
 }
 

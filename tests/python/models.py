@@ -212,3 +212,21 @@ def all_fixtures():
     fixtures += multi_method()
     return {f.name if f.name != "multi_method" else f"{f.name}.{f.method}": f for f in fixtures}
 
+
+class PreNormBlock(nn.Module):
+    """Not a fixture: a pre-norm self-attention block with a GELU MLP (width `hidden`), for the
+    dynamic-sequence tests and exports. Weights come from torch.manual_seed(0)."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        torch.manual_seed(0)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+        self.scale = d ** -0.5
+
+    def forward(self, x):
+        h = self.ln1(x)
+        att = torch.softmax(self.q(h) @ self.k(h).transpose(-1, -2) * self.scale, dim=-1)
+        x = x + att @ self.v(h)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))

@@ -2,6 +2,8 @@
 shape-specialised plans; each plan, run by the reference interpreter, gives eager's answer."""
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,9 @@ from kiln_executorch.aot import blob_format as bf
 from kiln_executorch.aot.blob_writer import (is_variant_set, read_blob, read_variant_set,
                                              write_variant_set)
 from kiln_executorch.aot.reference import run_blob, run_program
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import models  # noqa: E402
 
 Dim = torch.export.Dim
 
@@ -24,24 +29,6 @@ class Mlp(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
-
-
-class Block(nn.Module):
-    """Pre-norm self-attention and a GELU MLP over a dynamic sequence."""
-
-    def __init__(self, d=16):
-        super().__init__()
-        torch.manual_seed(0)
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
-        self.scale = d ** -0.5
-
-    def forward(self, x):
-        h = self.ln1(x)
-        att = torch.softmax(self.q(h) @ self.k(h).transpose(-1, -2) * self.scale, dim=-1)
-        x = x + att @ self.v(h)
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
 def lowered(module, example, dynamic_shapes, precision="fp32"):
@@ -101,7 +88,7 @@ def test_dynamic_mlp_variants_match_eager(precision, tol):
 
 
 def test_dynamic_sequence_block_variants_match_eager():
-    module = Block()
+    module = models.PreNormBlock(16, 32)
     program, blobs = lowered(module, (torch.randn(1, 8, 16),),
                              {"x": {1: Dim("seq", min=1, max=32)}})
     assert len(blobs) == 1 and len(read_variant_set(blobs[0])[0]) == 32
