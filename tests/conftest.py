@@ -3,6 +3,7 @@ build, fixture folder or tool is a failure that says how to get it, never a skip
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,19 @@ def fixtures() -> Path:
 
 def run(cmd: list, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, errors="replace", timeout=300, **kw)
+
+
+CMAKE = Path(shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or "cmake")
+
+
+def build_example(name: str, build_dir: Path, site: Path) -> Path:
+    """Configures and builds examples/<name> as an application would: against the
+    kiln_executorch and executorch packages installed side by side in `site`. Fails the test
+    with CMake's output if either step fails; returns `build_dir`."""
+    prefix = f"{site / 'kiln_executorch'};{site / 'executorch' / 'lib' / 'cmake' / 'executorch'}"
+    cfg = run([CMAKE, "-S", REPO / "examples" / name, "-B", build_dir, "-G", "Ninja",
+               f"-DCMAKE_MAKE_PROGRAM={REPO / '.venv' / 'bin' / 'ninja'}", f"-DCMAKE_PREFIX_PATH={prefix}"])
+    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
+    b = run([CMAKE, "--build", build_dir])
+    assert b.returncode == 0, b.stdout + b.stderr
+    return build_dir

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, REPO, require, run
+from conftest import BUILD, build_example, require, run
 
 INSTALL = BUILD / "install" / "kiln_executorch"
 SITE = Path(list(importlib.util.find_spec("executorch").submodule_search_locations)[0]).parent
-CMAKE = Path(shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or "cmake")
-NINJA = REPO / ".venv" / "bin" / "ninja"
 
 CONSUMER = r"""
 #include <kiln/executorch/stream.h>
@@ -91,12 +89,7 @@ def test_header_compiles_as_c(site, tmp_path):
 
 
 def test_device_resident_example_builds_from_the_package(site, tmp_path):
-    prefix = f"{site / 'kiln_executorch'};{site / 'executorch' / 'lib' / 'cmake' / 'executorch'}"
-    cfg = run([CMAKE, "-S", REPO / "examples" / "device_resident", "-B", tmp_path, "-G", "Ninja",
-               f"-DCMAKE_MAKE_PROGRAM={NINJA}", f"-DCMAKE_PREFIX_PATH={prefix}"])
-    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    b = run([CMAKE, "--build", tmp_path])
-    assert b.returncode == 0, b.stdout + b.stderr
+    build_example("device_resident", tmp_path, site)
     needed = subprocess.run(["readelf", "-d", tmp_path / "device_resident"], capture_output=True,
                             text=True).stdout
     assert "[libkiln_executorch_backend.so]" in needed, needed

@@ -4,31 +4,23 @@ tests/gpu_e2e/check_kv_cache.py."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run
+from conftest import REPO, build_example, run
 
 ET_ROOT = Path(list(importlib.util.find_spec("executorch").submodule_search_locations)[0])
 KILN_ROOT = ET_ROOT.parent / "kiln_executorch"
-CMAKE = Path(shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or "cmake")
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory) -> Path:
     assert (KILN_ROOT / "lib" / "cmake" / "kiln_executorch").is_dir(), \
         f"{KILN_ROOT} has no CMake package: scripts/setup.sh installs the kiln_executorch wheel"
-    build = tmp_path_factory.mktemp("tiny_lm")
-    prefix = f"{KILN_ROOT};{ET_ROOT / 'lib' / 'cmake' / 'executorch'}"
-    cfg = run([CMAKE, "-S", REPO / "examples" / "tiny_lm", "-B", build, "-G", "Ninja",
-               f"-DCMAKE_MAKE_PROGRAM={REPO / '.venv' / 'bin' / 'ninja'}", f"-DCMAKE_PREFIX_PATH={prefix}"])
-    assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    b = run([CMAKE, "--build", build])
-    assert b.returncode == 0, b.stdout + b.stderr
+    build = build_example("tiny_lm", tmp_path_factory.mktemp("tiny_lm"), ET_ROOT.parent)
     return build / "tiny_lm"
 
 
