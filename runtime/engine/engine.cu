@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "runtime/engine/algo_cache.h"
 #include "runtime/engine/blob_reader.h"
+#include "runtime/engine/content_hash.h"
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/device.h"
 #include "runtime/engine/fail.h"
@@ -180,7 +183,8 @@ struct DeviceState {
 // read), which the single stream's order preserves.
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(Graph graph, int device) : graph_(std::move(graph)), device_(device) {}
+  CudaEngine(Graph graph, int device, Hash128 graph_hash)
+      : graph_(std::move(graph)), device_(device), graph_hash_(graph_hash) {}
 
   ~CudaEngine() override {
     if (state_ == nullptr) {
@@ -215,6 +219,8 @@ class CudaEngine final : public Engine {
   Error execute(Span<const Binding> inputs, Span<const Binding> outputs,
                 CUstream_st* stream) override;
 
+  AlgoChoices algo_choices() const override { return {algo_cache_hits_, algo_cache_misses_}; }
+
  private:
   IoSpec spec(int64_t id) const {
     const Tensor& t = graph_.tensors[id];
@@ -237,10 +243,13 @@ class CudaEngine final : public Engine {
 
   Graph graph_;
   int device_;
+  Hash128 graph_hash_;  // of the blob without its weights: the algorithm cache's key
   int max_blocks_ = 0;
   bool has_range_checks_ = false;  // embedding or index_put: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;
   uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
+  size_t algo_cache_hits_ = 0;
+  size_t algo_cache_misses_ = 0;
 
   std::vector<void*> tensor_ptrs_;    // device address of every tensor for the current run
   std::vector<void*> state_ptrs_;     // device address of each kState tensor, by tensor id
@@ -327,13 +336,24 @@ Error CudaEngine::init() {
 
   size_t workspace = 0;
   s->steps.reserve(graph_.ops.size());
+  AlgoCache algos = s->cudnn != nullptr
+                        ? AlgoCache(AlgoCache::default_dir(), kernels::conv_algo_key(device_), graph_hash_)
+                        : AlgoCache();
   for (size_t i = 0; i < graph_.ops.size(); ++i) {
-    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment};
+    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, algos,
+                          s->stream.get()};
     std::unique_ptr<Step> step;
     KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));
     workspace = std::max(workspace, step->workspace_bytes());
     s->steps.push_back(std::move(step));
   }
+  std::string why;
+  if (!algos.save(&why)) {
+    ET_LOG(Info, "Kiln engine: could not save the algorithm cache (%s); the next load searches "
+           "again. Set KILN_CACHE_DIR to a writable directory, or KILN_CACHE_DIR=off.", why.c_str());
+  }
+  algo_cache_hits_ = algos.hits;
+  algo_cache_misses_ = algos.misses;
   KILN_ASSIGN_OR_RETURN(s->workspace, DeviceBuffer::allocate(workspace, "the library workspace"));
   max_blocks_ = multiprocessor_count(device_) * kBlocksPerSm;
   // Program state (a KV cache) is counted here too: it is per engine, never shared.
@@ -797,7 +817,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, 
   if (!graph.ok()) {
     return graph.error();
   }
-  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index);
+  // The graph sections only: the algorithms depend on shapes and types, not on weight values.
+  blob::Header header{};
+  std::memcpy(&header, blob, sizeof(header));  // read_blob has checked it
+  const size_t graph_bytes =
+      (header.flags & blob::kFlagExternalWeights) != 0 ? nbytes : header.weights_offset;
+  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index,
+                                             content_hash(blob, graph_bytes));
   KILN_TRY(engine->init());
   return std::unique_ptr<Engine>(std::move(engine));
 }

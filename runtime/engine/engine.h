@@ -74,6 +74,14 @@ class Engine {
   virtual executorch::runtime::Error execute(executorch::runtime::Span<const Binding> inputs,
                                              executorch::runtime::Span<const Binding> outputs,
                                              CUstream_st* stream = nullptr) = 0;
+
+  /// How init chose its convolution algorithms: taken from the persistent algorithm cache
+  /// (algo_cache.h) or searched by timing on the device.
+  struct AlgoChoices {
+    size_t from_cache = 0;
+    size_t searched = 0;
+  };
+  virtual AlgoChoices algo_choices() const = 0;
 };
 
 /// Device memory held by the live engines of this process, over all devices, in bytes.

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "runtime/engine/algo_cache.h"
 #include "runtime/engine/graph.h"
 
 namespace kiln::engine {
@@ -34,6 +35,10 @@ struct InitContext {
   cudnnHandle_t cudnn;  // null unless the graph has a conv2d
   /// Alignment in bytes that each tensor's device address has on every run, by tensor id.
   const std::vector<uint32_t>& alignment;
+  /// Algorithm choices remembered from earlier loads of this blob on this kind of device; steps
+  /// that search for an algorithm read and record theirs here.
+  AlgoCache& algos;
+  cudaStream_t stream;  // the engine's own stream, for searches that run the library at init
 };
 
 /// What a step uses while it is being enqueued.

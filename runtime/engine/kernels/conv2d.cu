@@ -1,6 +1,11 @@
 #include "runtime/engine/kernels/conv2d.cuh"
 
+#include <executorch/runtime/platform/log.h>
+
+#include <algorithm>
 #include <climits>
+#include <string>
+#include <vector>
 
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/fail.h"
@@ -134,7 +139,7 @@ class Conv2dStep final : public Step {
     KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, type, i(a_.n),
                                                      i(a_.c_out), i(a_.h_out), i(a_.w_out)),
                           op, "describing the output"));
-    return choose_algorithm(ctx.cudnn, op, math);
+    return choose_algorithm(ctx, math);
   }
 
   Error enqueue(const RunContext& ctx) override {
@@ -176,33 +181,35 @@ class Conv2dStep final : public Step {
  private:
   enum class Mode { kCudnn, kZeroInput, kNothing };
 
-  Error choose_algorithm(cudnnHandle_t handle, size_t op, cudnnMathType_t math) {
+  // The remembered choice when the cache has one the library still accepts; else the fastest
+  // algorithm measured on this device (cudnnFind), else cuDNN's heuristic ranking.
+  Error choose_algorithm(const InitContext& ctx, cudnnMathType_t math) {
+    const size_t op = ctx.op_index;
+    if (const std::vector<int64_t>* e = ctx.algos.find(op, "conv")) {
+      if (use_cached(ctx.cudnn, *e, math)) {
+        ++ctx.algos.hits;
+        return Error::Ok;
+      }
+      ctx.algos.drop(op);
+    }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    KILN_TRY(cudnn_status(cudnnGetConvolutionForwardAlgorithm_v7(
-                              handle, x_desc_.get(), w_desc_.get(), conv_desc_.get(), y_desc_.get(),
-                              CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
-                          op, "cudnnGetConvolutionForwardAlgorithm_v7"));
+    const bool searched = search(ctx, perf, &returned);
+    if (!searched) {
+      KILN_TRY(cudnn_status(cudnnGetConvolutionForwardAlgorithm_v7(
+                                ctx.cudnn, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
+                                y_desc_.get(), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+                            op, "cudnnGetConvolutionForwardAlgorithm_v7"));
+    }
     for (int k = 0; k < returned; ++k) {
-      const cudnnConvolutionFwdAlgoPerf_t& p = perf[k];
-      if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceLimit ||
-          !math_allowed(p.mathType, dtype_, strict_fp32_)) {
-        continue;
+      if (try_algorithm(ctx.cudnn, perf[k].algo, perf[k].mathType, perf[k].status, perf[k].memory,
+                        math)) {
+        if (searched) {
+          ++ctx.algos.misses;
+          ctx.algos.put(op, "conv", {static_cast<int64_t>(algo_), static_cast<int64_t>(math_)});
+        }
+        return Error::Ok;
       }
-      // Pin the math type the algorithm was rated with (strict fp32 keeps FMA only), then ask
-      // for its workspace under exactly these settings; failing here rejects the candidate.
-      const cudnnMathType_t chosen = strict_fp32_ ? math : p.mathType;
-      size_t bytes = 0;
-      if (cudnnSetConvolutionMathType(conv_desc_.get(), chosen) != CUDNN_STATUS_SUCCESS ||
-          cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(),
-                                                  conv_desc_.get(), y_desc_.get(), p.algo,
-                                                  &bytes) != CUDNN_STATUS_SUCCESS ||
-          bytes > kWorkspaceLimit) {
-        continue;
-      }
-      algo_ = p.algo;
-      workspace_bytes_ = bytes;
-      return Error::Ok;
     }
     return fail(nullptr, Error::NotSupported,
                 "Kiln engine: op %zu (conv2d): cuDNN offers no usable algorithm for N=%lld "
@@ -214,6 +221,82 @@ class Conv2dStep final : public Step {
                 dtype_name(dtype_));
   }
 
+  bool use_cached(cudnnHandle_t handle, const std::vector<int64_t>& e, cudnnMathType_t math) {
+    if (e.size() != 2 || e[0] < 0 || e[0] >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT || e[1] < 0 ||
+        e[1] > CUDNN_FMA_MATH) {
+      return false;
+    }
+    return try_algorithm(handle, static_cast<cudnnConvolutionFwdAlgo_t>(e[0]),
+                         static_cast<cudnnMathType_t>(e[1]), CUDNN_STATUS_SUCCESS, 0, math);
+  }
+
+  // Takes `algo` when it keeps the blob's precision and its workspace (asked for under exactly
+  // these settings) is within the limit; false leaves the step unchanged for the next candidate.
+  bool try_algorithm(cudnnHandle_t handle, cudnnConvolutionFwdAlgo_t algo,
+                     cudnnMathType_t algo_math, cudnnStatus_t rated, size_t rated_memory,
+                     cudnnMathType_t math) {
+    if (rated != CUDNN_STATUS_SUCCESS || rated_memory > kWorkspaceLimit ||
+        !math_allowed(algo_math, dtype_, strict_fp32_)) {
+      return false;
+    }
+    // Strict fp32 keeps FMA only; otherwise pin the math type the algorithm was rated with.
+    const cudnnMathType_t chosen = strict_fp32_ ? math : algo_math;
+    size_t bytes = 0;
+    if (cudnnSetConvolutionMathType(conv_desc_.get(), chosen) != CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc_.get(), w_desc_.get(),
+                                                conv_desc_.get(), y_desc_.get(), algo,
+                                                &bytes) != CUDNN_STATUS_SUCCESS ||
+        bytes > kWorkspaceLimit) {
+      return false;
+    }
+    algo_ = algo;
+    math_ = chosen;
+    workspace_bytes_ = bytes;
+    return true;
+  }
+
+  // Times every algorithm on scratch buffers of this op's sizes (cudnnFind), fastest first.
+  // False, with nothing logged as an error, when the scratch memory is not there: the
+  // heuristic's choice is then used and nothing is remembered.
+  bool search(const InitContext& ctx, cudnnConvolutionFwdAlgoPerf_t* perf, int* returned) {
+    const size_t elem = element_size(dtype_);
+    const size_t x_bytes = static_cast<size_t>(a_.n * a_.c_in * a_.h * a_.w) * elem;
+    const size_t w_bytes =
+        static_cast<size_t>(a_.c_out * (a_.c_in / a_.groups) * a_.kh * a_.kw) * elem;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    const size_t ws_bytes = std::min(kWorkspaceLimit, free_bytes / 4);
+    void* buffers[4] = {};
+    const size_t sizes[4] = {x_bytes, w_bytes, out_nbytes_, ws_bytes};
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; ++i) {
+      ok = sizes[i] == 0 || (cudaMalloc(&buffers[i], sizes[i]) == cudaSuccess &&
+                             cudaMemset(buffers[i], 0, sizes[i]) == cudaSuccess);
+    }
+    if (ok) {
+      ok = cudnnSetStream(ctx.cudnn, ctx.stream) == CUDNN_STATUS_SUCCESS &&
+           cudnnFindConvolutionForwardAlgorithmEx(
+               ctx.cudnn, x_desc_.get(), buffers[0], w_desc_.get(), buffers[1], conv_desc_.get(),
+               y_desc_.get(), buffers[2], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned, perf,
+               buffers[3], ws_bytes) == CUDNN_STATUS_SUCCESS &&
+           cudaStreamSynchronize(ctx.stream) == cudaSuccess;
+    }
+    (void)cudaGetLastError();  // a failed allocation is not an error of this engine
+    for (void* b : buffers) {
+      if (b != nullptr) cudaFree(b);
+    }
+    if (!ok) {
+      ET_LOG(Info,
+             "Kiln engine: op %zu (conv2d): no scratch memory to time algorithms; using cuDNN's "
+             "heuristic choice",
+             ctx.op_index);
+    }
+    return ok;
+  }
+
   Conv2dArgs a_;
   DType dtype_, bias_dtype_;
   size_t out_nbytes_;
@@ -223,10 +306,21 @@ class Conv2dStep final : public Step {
   FilterDesc w_desc_;
   ConvDesc conv_desc_;
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
   size_t workspace_bytes_ = 0;
 };
 
 }  // namespace
+
+std::string conv_algo_key(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  return "sm" + std::to_string(prop.major) + std::to_string(prop.minor) + "_" + prop.name +
+         "_cudnn" + std::to_string(cudnnGetVersion()) + "_kiln" +
+         std::to_string(blob::kFormatVersion);
+}
 
 Result<UniqueCudnn> create_cudnn() {
   cudnnHandle_t handle = nullptr;

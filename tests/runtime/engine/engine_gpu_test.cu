@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -1081,6 +1083,57 @@ TEST_F(EngineGpu, Conv2dStridedDilatedGroupedDepthwise) {
   }
   run_conv(cases[0].first, DType::kFloat16, "f16 3x3 pad 1");
   run_conv(cases[3].first, DType::kBFloat16, "bf16 depthwise");
+}
+
+// The fastest algorithm is timed once per blob and device kind, then read from the persistent
+// algorithm cache: a second load searches nothing and computes the same bytes; a damaged cache
+// file is searched again and rewritten; KILN_CACHE_DIR=off writes nothing.
+TEST_F(EngineGpu, Conv2dAlgorithmsAreRememberedAcrossLoads) {
+  char dir[] = "/tmp/kiln_algo_cache_gpu_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  OneOp c;
+  BlobBuilder::Conv2d conv;
+  conv.n = 1, conv.c_in = 16, conv.h = 28, conv.w = 28, conv.c_out = 32, conv.kh = conv.kw = 3;
+  conv.stride_h = conv.stride_w = 1, conv.pad_h = conv.pad_w = 1, conv.dil_h = conv.dil_w = 1;
+  conv.groups = 1;
+  const HostTensor x = random(DType::kFloat32, {1, 16, 28, 28}, -1.0, 1.0);
+  const HostTensor wt = random(DType::kFloat32, {32, 16, 3, 3}, -1.0, 1.0);
+  conv.x = c.add_input(x);
+  const std::vector<uint8_t> w_bytes = wt.bytes();
+  conv.weight = c.b.weight(DType::kFloat32, wt.sizes, w_bytes.data());
+  conv.out = c.b.output(DType::kFloat32, {1, 32, 28, 28});
+  c.b.conv2d(conv);
+  const std::vector<uint8_t> blob = c.b.build();
+
+  auto load = [&](size_t want_cached, size_t want_searched, const char* what) {
+    auto engine = Engine::create(blob.data(), blob.size());
+    EXPECT_TRUE(engine.ok()) << what << "\n" << g_log;
+    if (!engine.ok()) return Outputs{};
+    const Engine::AlgoChoices choices = engine.get()->algo_choices();
+    EXPECT_EQ(choices.from_cache, want_cached) << what;
+    EXPECT_EQ(choices.searched, want_searched) << what;
+    return run_host(*engine.get(), c.inputs);
+  };
+  const Outputs searched = load(0, 1, "first load");
+  const Outputs cached = load(1, 0, "second load");
+  ASSERT_EQ(searched.size(), 1u);
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_EQ(searched[0].v, cached[0].v);
+
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::ofstream(files[0], std::ios::trunc) << "not a cache file\n";
+  load(0, 1, "after the file was damaged");
+  load(1, 0, "after it was rewritten");
+
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", "off", 1), 0);
+  load(0, 1, "cache off");
+  load(0, 1, "cache off, again");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  unsetenv("KILN_CACHE_DIR");
 }
 
 // ---------------------------------------------------------------------------------------------
