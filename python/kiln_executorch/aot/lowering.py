@@ -231,6 +231,7 @@ class _Lowering:
                 self._lower(node)
             elif node.op == "output":
                 self._outputs(node.args[0], sig.output_specs, states)
+        _split_conv_bias(self.g)
         return self.g
 
     def _outputs(self, values, specs, states):
@@ -659,6 +660,30 @@ def _convolution(self, node):
         C_out=c_out, kH=kh, kW=kw, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh,
         dil_w=dw, groups=groups, H_out=_shape(node)[2], W_out=_shape(node)[3])
     return out
+
+
+def _split_conv_bias(g):
+    """Each convolution's bias (its own, or a folded batch norm's) becomes a broadcast add after
+    it. The add then joins the elementwise chain that usually follows (residual add, activation)
+    in one fused kernel, where a bias inside kConv2d would cost a pass of its own over the output.
+    Runs once the whole partition is lowered, so batch-norm folding has set the final bias."""
+    ops = []
+    for op in g.ops:
+        ops.append(op)
+        if op.opcode != Opcode.CONV2D or op.operands["bias"] < 0:
+            continue
+        out = op.operands["out"]
+        t = g.tensors[out]
+        raw = g.add_tensor(t.dtype, t.shape, name=f"{t.name}_before_bias")
+        bias = op.operands["bias"]
+        op.operands["out"], op.operands["bias"] = raw, -1
+        contiguous = _contiguous_strides(t.shape)
+        sizes, (a_strides, b_strides, _) = _coalesce(t.shape, contiguous, [0, 1, 0, 0],
+                                                    contiguous)
+        ops.append(Op(Opcode.BINARY, dict(kind=BinaryKind.ADD, a=raw, b=bias, out=out,
+                                          alpha=1.0, scalar=0.0, rank=len(sizes), sizes=sizes,
+                                          a_strides=a_strides, b_strides=b_strides)))
+    g.ops = ops
 
 
 def _pool(self, node, kind):
