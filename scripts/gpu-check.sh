@@ -2,6 +2,7 @@
 # The whole GPU check, in two halves:
 #
 #   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests | --tests T1,T2] [--no-e2e]
+#                                [--no-roofline]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
@@ -10,7 +11,8 @@
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
 #       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
 #       export_<name>.py staged), every staged program through kiln_runner against eager PyTorch, and the
-#       latency comparison with torch eager / torch.compile. Results go to $OUT (or .gpu/results)
+#       latency comparison with torch eager / torch.compile, and bench/roofline.py (the FFN block
+#       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh sanitize
 #       on the GPU machine: compute-sanitizer memcheck over every staged program through kiln_runner
@@ -24,7 +26,7 @@ mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""
+  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""; roofline=1
   while [ $# -gt 0 ]; do
     case "$1" in
       --keys) keys="$2"; shift 2 ;;
@@ -32,6 +34,7 @@ prepare)
       --no-tests) tests=0; shift ;;
       --tests) only_tests="$2"; shift 2 ;;  # stage only these GPU test binaries (comma list)
       --no-e2e) e2e=0; shift ;;
+      --no-roofline) roofline=0; shift ;;
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
   done
@@ -55,6 +58,10 @@ prepare)
   strip --strip-debug "$stage"/site/kiln_executorch/lib/*.so "$stage"/site/kiln_executorch/bin/* "$stage"/tests/* 2>/dev/null || true
   PYTHONPATH="$root/python:$root/bench" .venv/bin/python bench/export_models.py --out "$stage/models" \
     ${keys:+--keys "$keys"} --precisions "$precisions"
+  # The roofline benchmark's programs (bench/roofline.py).
+  if [ "$roofline" = 1 ]; then
+    PYTHONPATH="$root/python" .venv/bin/python bench/roofline.py export --out "$stage/roofline"
+  fi
   # The end-to-end checks of tests/gpu_e2e: each export_<name>.py writes its programs here, and
   # check_<name>.py runs them on the GPU machine.
   if [ "$e2e" = 1 ]; then
@@ -65,7 +72,9 @@ prepare)
     done
   fi
   mkdir -p "$(dirname "$bundle")"
-  tar -C "$stage" -cf - . | xz -T2 -6 > "$bundle"
+  # One xz stream with a dictionary larger than any program: the device-resident copy of a
+  # program repeats its weights, and a window that reaches back to the first copy stores them once.
+  tar -C "$stage" --sort=name -cf - . | xz -T1 --lzma2=preset=6,dict=128MiB > "$bundle"
   ls -la "$bundle"
   ;;
 run|sanitize)
@@ -91,6 +100,9 @@ run|sanitize)
   # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
   # Programs the program-level GPU tests load (staged by tests/gpu_e2e/export_*.py).
   export KILN_TEST_PROGRAMS="$stage/e2e/concurrency" KILN_SHARED_WEIGHTS_DIR="$stage/e2e/shared_weights"
+  # A fresh algorithm cache, for runs with KILN_AUTOTUNE=1: each program's first load times its
+  # convolution algorithms, later loads (the warm load, the device-resident copy) read them back.
+  export KILN_CACHE_DIR="$stage/algo-cache"
   if [ "$mode" = sanitize ]; then
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     runner="$stage/site/kiln_executorch/bin/kiln_runner"
@@ -139,7 +151,7 @@ run|sanitize)
     if cmake -S examples/cpp_consumer -B "$consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_PREFIX_PATH="$stage/site/kiln_executorch;$stage/site/executorch/lib/cmake/executorch" > "$out/consumer_build.log" 2>&1 \
        && cmake --build "$consumer" >> "$out/consumer_build.log" 2>&1; then
-      first=$(ls "$stage"/models/*.pte | head -1)
+      first=$(ls "$stage"/models/*_fp32.pte | head -1)  # a default (host I/O) program
       "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     else
@@ -165,6 +177,12 @@ run|sanitize)
     ${compile:+--compile "$compile"} ${keys:+--keys "$keys"} ${profile:+--profile} 2>&1 \
     | tee "$out/gpu_run.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if [ -d "$stage/roofline" ]; then
+    echo "== roofline: the FFN block against the measured copy bandwidth and bf16 matrix rate"
+    PYTHONUNBUFFERED=1 python3 bench/roofline.py run --models "$stage/roofline" \
+      --runner "$stage/site/kiln_executorch/bin/kiln_runner" --out "$out" 2>&1 | tee "$out/roofline.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
   exit $status
   ;;
 *)

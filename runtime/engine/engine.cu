@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -336,11 +337,13 @@ Error CudaEngine::init() {
 
   size_t workspace = 0;
   s->steps.reserve(graph_.ops.size());
-  AlgoCache algos = s->cudnn != nullptr
+  const char* autotune_env = std::getenv("KILN_AUTOTUNE");
+  const bool autotune = autotune_env != nullptr && std::strcmp(autotune_env, "1") == 0;
+  AlgoCache algos = autotune && s->cudnn != nullptr
                         ? AlgoCache(AlgoCache::default_dir(), kernels::conv_algo_key(device_), graph_hash_)
                         : AlgoCache();
   for (size_t i = 0; i < graph_.ops.size(); ++i) {
-    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, algos,
+    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune, algos,
                           s->stream.get()};
     std::unique_ptr<Step> step;
     KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));

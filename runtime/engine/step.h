@@ -35,8 +35,9 @@ struct InitContext {
   cudnnHandle_t cudnn;  // null unless the graph has a conv2d
   /// Alignment in bytes that each tensor's device address has on every run, by tensor id.
   const std::vector<uint32_t>& alignment;
-  /// Algorithm choices remembered from earlier loads of this blob on this kind of device; steps
-  /// that search for an algorithm read and record theirs here.
+  /// KILN_AUTOTUNE=1: steps with a choice of library algorithm time the candidates and keep the
+  /// fastest, remembered in `algos` (from earlier loads of this blob on this kind of device).
+  bool autotune;
   AlgoCache& algos;
   cudaStream_t stream;  // the engine's own stream, for searches that run the library at init
 };

@@ -181,11 +181,12 @@ class Conv2dStep final : public Step {
  private:
   enum class Mode { kCudnn, kZeroInput, kNothing };
 
-  // The remembered choice when the cache has one the library still accepts; else the fastest
-  // algorithm measured on this device (cudnnFind), else cuDNN's heuristic ranking.
+  // By default cuDNN's heuristic ranking. With autotuning on (KILN_AUTOTUNE=1), the choice
+  // remembered in the algorithm cache when the library still accepts it, else the fastest
+  // algorithm timed on this device, which is then remembered.
   Error choose_algorithm(const InitContext& ctx, cudnnMathType_t math) {
     const size_t op = ctx.op_index;
-    if (const std::vector<int64_t>* e = ctx.algos.find(op, "conv")) {
+    if (const std::vector<int64_t>* e = ctx.autotune ? ctx.algos.find(op, "conv") : nullptr) {
       if (use_cached(ctx.cudnn, *e, math)) {
         ++ctx.algos.hits;
         return Error::Ok;
@@ -194,7 +195,7 @@ class Conv2dStep final : public Step {
     }
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    const bool searched = search(ctx, perf, &returned);
+    const bool searched = ctx.autotune && search(ctx, perf, &returned);
     if (!searched) {
       KILN_TRY(cudnn_status(cudnnGetConvolutionForwardAlgorithm_v7(
                                 ctx.cudnn, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
@@ -255,9 +256,9 @@ class Conv2dStep final : public Step {
     return true;
   }
 
-  // Times every algorithm on scratch buffers of this op's sizes (cudnnFind), fastest first.
-  // False, with nothing logged as an error, when the scratch memory is not there: the
-  // heuristic's choice is then used and nothing is remembered.
+  // Ranks the algorithms by their time on this device, fastest first, on scratch buffers of this
+  // op's sizes. False, with nothing logged as an error, when the scratch memory is not there: the
+  // heuristic's ranking is then used and nothing is remembered.
   bool search(const InitContext& ctx, cudnnConvolutionFwdAlgoPerf_t* perf, int* returned) {
     const size_t elem = element_size(dtype_);
     const size_t x_bytes = static_cast<size_t>(a_.n * a_.c_in * a_.h * a_.w) * elem;
@@ -276,25 +277,114 @@ class Conv2dStep final : public Step {
       ok = sizes[i] == 0 || (cudaMalloc(&buffers[i], sizes[i]) == cudaSuccess &&
                              cudaMemset(buffers[i], 0, sizes[i]) == cudaSuccess);
     }
-    if (ok) {
-      ok = cudnnSetStream(ctx.cudnn, ctx.stream) == CUDNN_STATUS_SUCCESS &&
-           cudnnFindConvolutionForwardAlgorithmEx(
-               ctx.cudnn, x_desc_.get(), buffers[0], w_desc_.get(), buffers[1], conv_desc_.get(),
-               y_desc_.get(), buffers[2], CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned, perf,
-               buffers[3], ws_bytes) == CUDNN_STATUS_SUCCESS &&
-           cudaStreamSynchronize(ctx.stream) == cudaSuccess;
-    }
+    ok = ok && cudnnSetStream(ctx.cudnn, ctx.stream) == CUDNN_STATUS_SUCCESS &&
+         time_candidates(ctx, buffers, ws_bytes, perf, returned) &&
+         cudaStreamSynchronize(ctx.stream) == cudaSuccess;
     (void)cudaGetLastError();  // a failed allocation is not an error of this engine
     for (void* b : buffers) {
       if (b != nullptr) cudaFree(b);
     }
     if (!ok) {
       ET_LOG(Info,
-             "Kiln engine: op %zu (conv2d): no scratch memory to time algorithms; using cuDNN's "
-             "heuristic choice",
+             "Kiln engine: op %zu (conv2d): could not time algorithms here (no scratch memory?); "
+             "using cuDNN's heuristic choice",
              ctx.op_index);
     }
     return ok;
+  }
+
+  // Every usable candidate of the heuristic's list, timed the way the engine runs it: one call
+  // captured into a CUDA graph, the graph launched once to warm up and then kTimedRuns times
+  // between two events; perf[k].time becomes the mean, and the list is sorted by it. (Timing
+  // eager calls instead ranks by cuDNN's host-side launch cost, which graph replay removes, and
+  // picks slower kernels.) A candidate that cannot be captured is not usable: the engine's runs
+  // are graph replays.
+  bool time_candidates(const InitContext& ctx, void* const* buffers, size_t ws_bytes,
+                       cudnnConvolutionFwdAlgoPerf_t* perf, int* returned) {
+    constexpr int kTimedRuns = 20;
+    if (cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, x_desc_.get(), w_desc_.get(),
+                                               conv_desc_.get(), y_desc_.get(),
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned,
+                                               perf) != CUDNN_STATUS_SUCCESS) {
+      return false;
+    }
+    cudaEvent_t start = nullptr, end = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
+      if (start != nullptr) cudaEventDestroy(start);
+      return false;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    auto run = [&](cudnnConvolutionFwdAlgo_t algo, size_t bytes) {
+      return cudnnConvolutionForward(ctx.cudnn, &alpha, x_desc_.get(), buffers[0], w_desc_.get(),
+                                     buffers[1], conv_desc_.get(), algo, buffers[3], bytes, &beta,
+                                     y_desc_.get(), buffers[2]) == CUDNN_STATUS_SUCCESS;
+    };
+    // Runs `algo` once eagerly (cuDNN's lazy setup must not happen under capture), then captures
+    // one call and times kTimedRuns replays; the mean in ms, or a negative value on failure.
+    auto time_graph = [&](cudnnConvolutionFwdAlgo_t algo, size_t bytes) -> float {
+      if (!run(algo, bytes) || cudaStreamSynchronize(ctx.stream) != cudaSuccess) return -1.0f;
+      cudaGraph_t graph = nullptr;
+      if (cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        return -1.0f;
+      }
+      const bool captured = run(algo, bytes);
+      if (cudaStreamEndCapture(ctx.stream, &graph) != cudaSuccess || !captured) {
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        return -1.0f;
+      }
+      cudaGraphExec_t exec = nullptr;
+      float ms = -1.0f;
+      if (cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
+          cudaGraphLaunch(exec, ctx.stream) == cudaSuccess &&
+          cudaEventRecord(start, ctx.stream) == cudaSuccess) {
+        bool ok = true;
+        for (int r = 0; r < kTimedRuns && ok; ++r) ok = cudaGraphLaunch(exec, ctx.stream) == cudaSuccess;
+        if (ok && cudaEventRecord(end, ctx.stream) == cudaSuccess &&
+            cudaEventSynchronize(end) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
+          ms /= kTimedRuns;
+        } else {
+          ms = -1.0f;
+        }
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamSynchronize(ctx.stream);
+      return ms;
+    };
+    const cudnnMathType_t math = strict_fp32_ ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+    bool seen_usable = false;
+    for (int k = 0; k < *returned; ++k) {
+      cudnnConvolutionFwdAlgoPerf_t& p = perf[k];
+      size_t bytes = 0;
+      const cudnnMathType_t chosen = strict_fp32_ ? math : p.mathType;
+      float ms = -1.0f;
+      if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= ws_bytes &&
+          math_allowed(p.mathType, dtype_, strict_fp32_) &&
+          cudnnSetConvolutionMathType(conv_desc_.get(), chosen) == CUDNN_STATUS_SUCCESS &&
+          cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, x_desc_.get(), w_desc_.get(),
+                                                  conv_desc_.get(), y_desc_.get(), p.algo,
+                                                  &bytes) == CUDNN_STATUS_SUCCESS &&
+          bytes <= ws_bytes) {
+        ms = time_graph(p.algo, bytes);
+      }
+      (void)cudaGetLastError();
+      // Within 5% of the fastest, the heuristic's own first choice stays first: timing noise
+      // must not override it.
+      if (ms >= 0.0f && !seen_usable) {
+        ms /= 1.05f;
+        seen_usable = true;
+      }
+      p.time = ms;
+      if (ms < 0.0f) p.status = CUDNN_STATUS_NOT_SUPPORTED;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+    std::stable_sort(perf, perf + *returned, [](const auto& a, const auto& b) {
+      const bool a_ok = a.status == CUDNN_STATUS_SUCCESS, b_ok = b.status == CUDNN_STATUS_SUCCESS;
+      return a_ok != b_ok ? a_ok : a_ok && a.time < b.time;
+    });
+    return true;
   }
 
   Conv2dArgs a_;

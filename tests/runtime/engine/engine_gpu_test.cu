@@ -1085,13 +1085,15 @@ TEST_F(EngineGpu, Conv2dStridedDilatedGroupedDepthwise) {
   run_conv(cases[3].first, DType::kBFloat16, "bf16 depthwise");
 }
 
-// The fastest algorithm is timed once per blob and device kind, then read from the persistent
-// algorithm cache: a second load searches nothing and computes the same bytes; a damaged cache
-// file is searched again and rewritten; KILN_CACHE_DIR=off writes nothing.
+// With KILN_AUTOTUNE=1 the fastest algorithm is timed once per blob and device kind, then read
+// from the persistent algorithm cache: a second load searches nothing and computes the same bytes;
+// a damaged cache file is searched again and rewritten; KILN_CACHE_DIR=off writes nothing; without
+// autotuning nothing is searched or written.
 TEST_F(EngineGpu, Conv2dAlgorithmsAreRememberedAcrossLoads) {
   char dir[] = "/tmp/kiln_algo_cache_gpu_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  ASSERT_EQ(setenv("KILN_AUTOTUNE", "1", 1), 0);
   OneOp c;
   BlobBuilder::Conv2d conv;
   conv.n = 1, conv.c_in = 16, conv.h = 28, conv.w = 28, conv.c_out = 32, conv.kh = conv.kw = 3;
@@ -1132,6 +1134,12 @@ TEST_F(EngineGpu, Conv2dAlgorithmsAreRememberedAcrossLoads) {
   ASSERT_EQ(setenv("KILN_CACHE_DIR", "off", 1), 0);
   load(0, 1, "cache off");
   load(0, 1, "cache off, again");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  unsetenv("KILN_AUTOTUNE");
+  const Outputs heuristic = load(0, 0, "autotuning off");
+  ASSERT_EQ(heuristic.size(), 1u);
   EXPECT_FALSE(std::filesystem::exists(dir));
   unsetenv("KILN_CACHE_DIR");
 }
