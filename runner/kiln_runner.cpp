@@ -16,6 +16,7 @@
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -192,11 +193,51 @@ void fill_ones(ScalarType t, void* p, size_t numel) {
   }
 }
 
-// One input tensor the runner owns: metadata arrays and data outlive the method.
+using executorch::runtime::etensor::DeviceType;
+
+// Device memory from the registered allocator of a device-resident program's input or output.
+struct DeviceMemory {
+  et::DeviceAllocator* alloc = nullptr;
+  void* ptr = nullptr;
+  int index = 0;
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() {
+    if (ptr != nullptr) alloc->deallocate(ptr, index);
+  }
+};
+
+// The device a method input or output tensor lives on (CPU unless the program was exported
+// device-resident), as the loaded method describes it.
+et::etensor::Device value_device(const et::EValue& v) {
+  if (!v.isTensor()) return {DeviceType::CPU, 0};
+  const TensorImpl* impl = v.toTensor().unsafeGetTensorImpl();
+  return {impl->device_type(), impl->device_index()};
+}
+
+std::unique_ptr<DeviceMemory> device_memory(et::etensor::Device device, size_t nbytes,
+                                            const std::string& what) {
+  auto m = std::make_unique<DeviceMemory>();
+  m->alloc = et::get_device_allocator(device.type());
+  m->index = device.index();
+  if (m->alloc == nullptr) {
+    fail(what + " lives on a GPU but no device allocator is registered; link "
+         "kiln::executorch_backend");
+  }
+  auto p = m->alloc->allocate(std::max<size_t>(nbytes, 1), device.index());
+  if (!p.ok()) fail("allocating " + std::to_string(nbytes) + " bytes of device memory for " + what, p.error());
+  m->ptr = p.get();
+  return m;
+}
+
+// One input tensor the runner owns: metadata arrays and data outlive the method. A
+// device-resident input's bytes are copied to device memory once, before the run's executes.
 struct InputTensor {
   std::vector<TensorImpl::SizesType> sizes;
   std::vector<TensorImpl::DimOrderType> dim_order;
   std::unique_ptr<HostBuffer> data;
+  std::unique_ptr<DeviceMemory> device;
   std::unique_ptr<TensorImpl> impl;
 };
 
@@ -208,7 +249,8 @@ std::vector<char> read_file(const std::string& path) {
 
 // Builds the run's input tensors: ones, or the bytes of the files given with --input.
 void make_inputs(const et::MethodMeta& meta, const kiln::runner::Run& run,
-                 const kiln::runner::Options& opts, std::vector<InputTensor>& keep) {
+                 const kiln::runner::Options& opts, const std::vector<et::etensor::Device>& devices,
+                 std::vector<InputTensor>& keep) {
   keep.clear();
   keep.resize(meta.num_inputs());
   for (const auto& [index, _] : run.input_files) {
@@ -265,10 +307,19 @@ void make_inputs(const et::MethodMeta& meta, const kiln::runner::Run& run,
     } else {
       fill_ones(dtype, in.data->data.get(), numel);
     }
+    void* data = in.data->data.get();
+    const et::etensor::Device device = devices[i];
+    if (device.type() != DeviceType::CPU) {
+      const std::string what = "input " + std::to_string(i);
+      in.device = device_memory(device, nbytes, what);
+      et::Error err = in.device->alloc->copy_host_to_device(in.device->ptr, data, nbytes, device.index());
+      if (err != et::Error::Ok) fail("copying " + what + " to the device", err);
+      data = in.device->ptr;
+    }
     in.impl = std::make_unique<TensorImpl>(dtype, static_cast<ssize_t>(in.sizes.size()),
-                                           in.sizes.data(), in.data->data.get(),
-                                           in.dim_order.data(), nullptr,
-                                           executorch::aten::TensorShapeDynamism::DYNAMIC_BOUND);
+                                           in.sizes.data(), data, in.dim_order.data(), nullptr,
+                                           executorch::aten::TensorShapeDynamism::DYNAMIC_BOUND,
+                                           device.type(), device.index());
   }
 }
 
@@ -500,6 +551,64 @@ void print_profile(size_t run_index, const std::string& method, const std::vecto
               op_ms / n, wall / n, wall > 0 ? 100.0 * op_ms / wall : 0.0);
 }
 
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail(std::string(what) + " failed: " + cudaGetErrorString(status));
+}
+
+// --device-timing: the program's executes on a stream the runner hands Kiln, so execute only
+// enqueues (kiln/executorch/stream.h). Two figures: the GPU span of one execute between CUDA
+// events recorded on that stream around it (how torch's CUDA-event timings are taken), and the
+// wall time per execute of N executes enqueued back to back then waited for once.
+void device_timing(et::Method& method, std::vector<InputTensor>& inputs,
+                   const kiln::runner::Options& opts) {
+  using SetStream = CUstream_st* (*)(CUstream_st*);
+  const auto set_stream = reinterpret_cast<SetStream>(dlsym(RTLD_DEFAULT, "kiln_executorch_set_stream"));
+  if (set_stream == nullptr) {
+    fail("--device-timing: no kiln_executorch_set_stream in the process (load "
+         "libkiln_executorch_backend.so)");
+  }
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, end = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&end), "cudaEventCreate");
+  CUstream_st* previous = set_stream(stream);
+  auto execute = [&](const char* what) {
+    bind_inputs(method, inputs);
+    et::Error err = method.execute();
+    if (err != et::Error::Ok) fail(std::string("execute('") + opts.method + "') " + what, err);
+  };
+  for (int w = 0; w < std::max(opts.warmup, 3); ++w) execute("(device-timing warm-up)");
+  cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const int n = opts.device_timing;
+  std::vector<double> span_ms;
+  for (int i = 0; i < n; ++i) {
+    cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
+    execute("(device-timing)");
+    cuda_ok(cudaEventRecord(end, stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(end), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_ok(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime");
+    span_ms.push_back(ms);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) execute("(device-timing, back to back)");
+  const auto t1 = std::chrono::steady_clock::now();
+  cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const auto t2 = std::chrono::steady_clock::now();
+  set_stream(previous);
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  cudaStreamDestroy(stream);
+  std::sort(span_ms.begin(), span_ms.end());
+  const double per = std::chrono::duration<double, std::milli>(t2 - t0).count() / n;
+  const double enqueue = std::chrono::duration<double, std::milli>(t1 - t0).count() / n;
+  std::printf("device_timing event_span_ms median=%.4f min=%.4f executes=%d\n", span_ms[span_ms.size() / 2],
+              span_ms.front(), n);
+  std::printf("device_timing back_to_back_ms_per_execute=%.4f enqueue_ms_per_execute=%.4f executes=%d\n",
+              per, enqueue, n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -545,9 +654,32 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
   if (!method.ok()) fail("load_method('" + opts.method + "')", method.error());
 
+  // A device-resident program (exported with device_resident=True) takes and returns device
+  // tensors: its inputs are copied to device memory once per run, outside the timed executes, and
+  // its outputs get device buffers of their own; the copies back happen only for printing.
+  std::vector<et::etensor::Device> input_devices;
+  for (size_t i = 0; i < method->inputs_size(); ++i) input_devices.push_back(value_device(method->get_input(i)));
+  std::vector<std::unique_ptr<DeviceMemory>> output_memory;
+  for (size_t i = 0; i < method->outputs_size(); ++i) {
+    const et::EValue& v = method->get_output(i);
+    const et::etensor::Device device = value_device(v);
+    if (device.type() == DeviceType::CPU || v.toTensor().const_data_ptr() != nullptr) continue;
+    const size_t nbytes = v.toTensor().nbytes();
+    output_memory.push_back(device_memory(device, nbytes, "output " + std::to_string(i)));
+    et::Error err = method->set_output_data_ptr(output_memory.back()->ptr, nbytes, i);
+    if (err != et::Error::Ok) fail("set_output_data_ptr(" + std::to_string(i) + ") with device memory", err);
+  }
+  const bool device_io = !output_memory.empty() ||
+                         std::any_of(input_devices.begin(), input_devices.end(),
+                                     [](const auto& d) { return d.type() != DeviceType::CPU; });
+  if (device_io && opts.iterations > 0) {
+    std::printf("device_io inputs and outputs stay in device memory; each timed execute returns "
+                "once Kiln's stream has finished\n");
+  }
+
   std::vector<InputTensor> inputs;
   for (size_t r = 0; r < opts.runs.size(); ++r) {
-    make_inputs(meta.get(), opts.runs[r], opts, inputs);
+    make_inputs(meta.get(), opts.runs[r], opts, input_devices, inputs);
     CopyCounts before;
     const bool counted = opts.copy_stats && read_copy_counters(before);
     // Profiled warm-up too (the first eager run loads kernels lazily), then only the timed runs count.
@@ -598,6 +730,13 @@ int main(int argc, char** argv) {
     if (opts.profile) {
       if (profiler().available()) profiler().set(0);
       print_profile(r, opts.method, ms);
+    }
+    if (opts.device_timing > 0) {
+      if (!device_io) {
+        fail("--device-timing needs a device-resident program (export it with "
+             "device_resident=True); this one takes host tensors");
+      }
+      device_timing(method.get(), inputs, opts);
     }
   }
   if (opts.iterations > 0) {

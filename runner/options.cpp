@@ -75,13 +75,18 @@ bool parse_options(int argc, const char* const* argv, Options& out, std::string&
       out.shapes[index] = shape;
     } else if (arg == "--next") {
       out.runs.emplace_back();
-    } else if (arg == "--iterations" || arg == "--warmup" || arg == "--values") {
-      if (!value(v) || !parse_int(v, arg == "--iterations" ? 1 : 0, n) || n > 100000000) {
-        if (error.empty()) error = arg + " takes a non-negative integer, got '" + v + "'";
+    } else if (arg == "--iterations" || arg == "--warmup" || arg == "--values" ||
+               arg == "--device-timing") {
+      const bool positive = arg == "--iterations" || arg == "--device-timing";
+      if (!value(v) || !parse_int(v, positive ? 1 : 0, n) || n > 100000000) {
+        if (error.empty()) {
+          error = arg + " takes a " + (positive ? "positive" : "non-negative") + " integer, got '" + v + "'";
+        }
         return false;
       }
       if (arg == "--iterations") out.iterations = static_cast<int>(n);
       else if (arg == "--warmup") out.warmup = static_cast<int>(n);
+      else if (arg == "--device-timing") out.device_timing = static_cast<int>(n);
       else out.values = static_cast<size_t>(n);
     } else if (arg == "--copy-stats") {
       out.copy_stats = true;

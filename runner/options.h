@@ -13,6 +13,7 @@ inline constexpr const char* kUsage =
     "usage: kiln_runner <model.pte> [--method NAME] [--input I=path.bin ...] [--shape I=d0,d1,...]\n"
     "                   [--next --input I=path.bin ...] [--iterations N] [--warmup M]\n"
     "                   [--output-dir DIR] [--values K] [--copy-stats] [--profile]\n"
+    "                   [--device-timing N]\n"
     "  --input I=FILE   raw little-endian bytes for input I (default: ones of the input's dtype)\n"
     "  --shape I=DIMS   actual shape of a dynamic input I (default: the shape in the program)\n"
     "  --next           execute the same loaded method again with the inputs that follow\n"
@@ -23,7 +24,11 @@ inline constexpr const char* kUsage =
     "  --copy-stats     after each run print the host<->device bytes Kiln engines copied in it\n"
     "  --profile        time every op of every Kiln engine with CUDA events (ops run eagerly, no\n"
     "                   CUDA graph replay) and print per engine its ops sorted by GPU time; the\n"
-    "                   latency line is then measured with profiling on\n";
+    "                   latency line is then measured with profiling on\n"
+    "  --device-timing N  device-resident programs only: run N more executes on a CUDA stream\n"
+    "                   handed to Kiln (kiln/executorch/stream.h, so execute only enqueues) and\n"
+    "                   print the median GPU span of one execute between CUDA events, and the\n"
+    "                   time per execute of N executes enqueued back to back\n";
 
 /// One execution of the method: which inputs come from files (the rest are ones).
 struct Run {
@@ -41,6 +46,7 @@ struct Options {
   size_t values = 8;
   bool copy_stats = false;
   bool profile = false;
+  int device_timing = 0;  // executes timed on a caller stream (device-resident programs)
 };
 
 /// Fills `out` from argv. Returns false and sets `error` on any malformed or unknown argument.

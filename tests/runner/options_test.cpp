@@ -60,6 +60,15 @@ TEST(RunnerOptions, ProfileIsAFlagWithoutAValue) {
   EXPECT_TRUE(std::string(kiln::runner::kUsage).find("--profile") != std::string::npos);
 }
 
+TEST(RunnerOptions, DeviceTimingTakesACount) {
+  Options o;
+  std::string e;
+  EXPECT_EQ(o.device_timing, 0);
+  ASSERT_TRUE(parse({"m.pte", "--device-timing", "500"}, o, e)) << e;
+  EXPECT_EQ(o.device_timing, 500);
+  EXPECT_TRUE(std::string(kiln::runner::kUsage).find("--device-timing") != std::string::npos);
+}
+
 TEST(RunnerOptions, RejectsMalformedArguments) {
   const std::vector<std::vector<const char*>> bad = {
       {},                                   // no model
@@ -69,6 +78,7 @@ TEST(RunnerOptions, RejectsMalformedArguments) {
       {"m.pte", "--shape", "0=3,,4"},       // empty dimension
       {"m.pte", "--shape", "0=-1"},         // negative dimension
       {"m.pte", "--iterations", "0"},       // at least one
+      {"m.pte", "--device-timing", "0"},    // at least one
       {"m.pte", "--values", "many"},        // not a number
       {"m.pte", "--method"},                // missing value
       {"m.pte", "--frobnicate"},            // unknown option
