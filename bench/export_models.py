@@ -1,5 +1,6 @@
 """Exports every model of bench/model_zoo.py with KilnPartitioner (fp32 and bf16) into a staging
-folder for the GPU machine, with its inputs, eager CPU fp32 outputs and weights, and a manifest:
+folder for the GPU machine, each both with host inputs and outputs (the default) and
+device-resident, with its inputs, eager CPU fp32 outputs and a manifest:
 
     export_models.py --out .gpu/models [--keys mlp,resnet18] [--precisions fp32,bf16]
 """
@@ -55,7 +56,21 @@ def main() -> int:
             # et_copy operators only move data across the delegate boundary: not CPU compute.
             outside = sorted(set(op for ops in read_operators(pte).values() for op in ops
                                  if not op.startswith("et_copy::")))
-            manifest.append({"key": key, "precision": precision, "pte": pte.name, "inputs": ins,
+            # The same program exported device-resident (inputs and outputs stay CUDA tensors,
+            # no et_copy): Kiln's execute-only latency, comparable to torch on device tensors.
+            # Programs with CPU operators between partitions have no device-resident form.
+            dr = None
+            if not outside:
+                dr = args.out / f"{key}_{precision}_device.pte"
+                try:
+                    export(module, inputs, dr, precision=precision, device_resident=True)
+                except Exception as e:  # noqa: BLE001
+                    failures += 1
+                    print(f"export {key} {precision} device-resident: FAILED: {type(e).__name__}: {e}",
+                          file=sys.stderr)
+                    dr = None
+            manifest.append({"key": key, "precision": precision, "pte": pte.name,
+                             "pte_device_resident": dr.name if dr else None, "inputs": ins,
                              "outputs": outs, "weights_checksum": checksum, "kiln_partitions": len(delegates),
                              "ops_outside": outside, "export_s": round(time.time() - t0, 2),
                              "pte_bytes": pte.stat().st_size})
