@@ -56,6 +56,18 @@ constexpr bool kUseCudaGraphs = true;
 // thread's call invalidating it) run eagerly; after this many in a row the engine stops trying.
 constexpr int kMaxCaptureFailures = 3;
 
+// The algorithm cache's device key: what an algorithm choice depends on besides the blob (the
+// device model and the cuDNN, cuBLASLt and blob format versions).
+std::string algo_cache_key(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  return "sm" + std::to_string(prop.major) + std::to_string(prop.minor) + "_" + prop.name +
+         "_cudnn" + std::to_string(cudnnGetVersion()) + "_cublaslt" +
+         std::to_string(cublasLtGetVersion()) + "_blob" + std::to_string(blob::kFormatVersion);
+}
+
 // Grid-stride kernels of 256 threads: 8 blocks fill an SM (2048 threads).
 constexpr int kBlocksPerSm = 8;
 
@@ -339,8 +351,8 @@ Error CudaEngine::init() {
   s->steps.reserve(graph_.ops.size());
   const char* autotune_env = std::getenv("KILN_AUTOTUNE");
   const bool autotune = autotune_env != nullptr && std::strcmp(autotune_env, "1") == 0;
-  AlgoCache algos = autotune && s->cudnn != nullptr
-                        ? AlgoCache(AlgoCache::default_dir(), kernels::conv_algo_key(device_), graph_hash_)
+  AlgoCache algos = autotune && (s->cudnn != nullptr || s->lt != nullptr)
+                        ? AlgoCache(AlgoCache::default_dir(), algo_cache_key(device_), graph_hash_)
                         : AlgoCache();
   for (size_t i = 0; i < graph_.ops.size(); ++i) {
     const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune, algos,

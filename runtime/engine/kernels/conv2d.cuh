@@ -7,7 +7,6 @@
 // heuristic's end to end, so it is off by default.
 #pragma once
 
-#include <string>
 
 #include "runtime/engine/device.h"
 #include "runtime/engine/step.h"
@@ -18,9 +17,6 @@ using UniqueCudnn = UniqueHandle<cudnnHandle_t, cudnnDestroy>;
 
 /// Creates the engine's cuDNN handle (only when the graph has a conv2d: loading cuDNN is slow).
 executorch::runtime::Result<UniqueCudnn> create_cudnn();
-
-/// The algorithm cache's device key: compute capability, device name, cuDNN and blob versions.
-std::string conv_algo_key(int device);
 
 StepResult make_conv2d_step(const Conv2dArgs& args, const InitContext& ctx);
 

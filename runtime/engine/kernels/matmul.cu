@@ -1,6 +1,9 @@
 #include "runtime/engine/kernels/matmul.cuh"
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
+#include <vector>
 #include <utility>
 
 #include "runtime/engine/cuda_check.h"
@@ -133,6 +136,22 @@ class MatmulStep final : public Step {
     align_a_ = ctx.alignment[a_.b];
     align_b_ = ctx.alignment[a_.a];
     align_d_ = ctx.alignment[a_.out];
+    if (ctx.autotune) {
+      if (const std::vector<int64_t>* e = ctx.algos.find(op_, "matmul")) {
+        if (use_cached(*e)) {
+          ++ctx.algos.hits;
+          return Error::Ok;
+        }
+        ctx.algos.drop(op_);
+      }
+      if (tune(ctx)) {
+        ++ctx.algos.misses;
+        std::vector<int64_t> words(8);
+        std::memcpy(words.data(), algo_.data, sizeof(algo_.data));
+        ctx.algos.put(op_, "matmul", std::move(words));
+        return Error::Ok;
+      }
+    }
     return choose_algorithm();
   }
 
@@ -222,12 +241,121 @@ class MatmulStep final : public Step {
     return Error::Ok;
   }
 
-  // Asks the heuristic for the best algorithm under the current alignments; host-only, so it is
-  // also safe while the stream is being captured.
-  Error choose_algorithm() {
+  // A remembered algorithm, if cuBLASLt still accepts it for these exact descriptors.
+  bool use_cached(const std::vector<int64_t>& words) {
+    if (words.size() != 8) return false;
+    cublasLtMatmulAlgo_t algo{};
+    std::memcpy(algo.data, words.data(), sizeof(algo.data));
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(lt_, desc_.get(), layout_a_.get(), layout_b_.get(), layout_d_.get(),
+                                layout_d_.get(), &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > kMatmulWorkspaceBytes) {
+      return false;
+    }
+    algo_ = algo;
+    return true;
+  }
+
+  // KILN_AUTOTUNE=1: up to kCandidates of the heuristic's algorithms, each captured into a CUDA
+  // graph and timed over kTimedRuns replays on scratch buffers of this op's sizes (as the engine
+  // runs it); the fastest wins when it beats the heuristic's first by kAutotuneMargin. False
+  // (nothing logged as an error) when the scratch memory is not there or nothing could be timed.
+  bool tune(const InitContext& ctx) {
+    constexpr int kCandidates = 8;
+    constexpr float kAutotuneMargin = 1.25f;
+    constexpr int kTimedRuns = 20;
     cublasLtMatmulPreference_t raw = nullptr;
-    KILN_TRY(status(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
+    if (cublasLtMatmulPreferenceCreate(&raw) != CUBLAS_STATUS_SUCCESS) return false;
     Preference preference(raw);
+    if (set_preferences(raw) != Error::Ok) return false;
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt_, desc_.get(), layout_a_.get(), layout_b_.get(),
+                                       layout_d_.get(), layout_d_.get(), raw, kCandidates, results,
+                                       &found) != CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      return false;
+    }
+    const auto span = [](int64_t batch_stride, int64_t batch, int64_t one) {
+      return batch_stride > 0 ? std::max(batch_stride * (batch - 1) + one, one) : one;
+    };
+    const size_t in_elem = element_size(in_dtype_), out_elem = element_size(out_dtype_);
+    const size_t sizes[5] = {
+        static_cast<size_t>(span(a_.a_batch_stride, a_.batch, a_.m * a_.k)) * in_elem,
+        static_cast<size_t>(span(a_.b_batch_stride, a_.batch, a_.k * a_.n)) * in_elem,
+        static_cast<size_t>(a_.batch * a_.m * a_.n) * out_elem,
+        lt_bias_ ? static_cast<size_t>(a_.n) * element_size(bias_dtype_) : 0,
+        kMatmulWorkspaceBytes};
+    void* buffers[5] = {};
+    bool ok = true;
+    for (int i = 0; i < 5 && ok; ++i) {
+      ok = sizes[i] == 0 || (cudaMalloc(&buffers[i], sizes[i]) == cudaSuccess &&
+                             cudaMemset(buffers[i], 0, sizes[i]) == cudaSuccess);
+    }
+    cudaEvent_t start = nullptr, end = nullptr;
+    ok = ok && cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess;
+    if (ok && lt_bias_) {
+      ok = set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &buffers[3], sizeof(void*)) == Error::Ok;
+    }
+    const float alpha = static_cast<float>(a_.alpha), beta = 0.0f;
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(lt_, desc_.get(), &alpha, buffers[1], layout_a_.get(), buffers[0],
+                            layout_b_.get(), &beta, buffers[2], layout_d_.get(), buffers[2],
+                            layout_d_.get(), &algo, buffers[4], kMatmulWorkspaceBytes,
+                            ctx.stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    float best = -1.0f;
+    for (int k = 0; ok && k < found; ++k) {
+      if (results[k].state != CUBLAS_STATUS_SUCCESS || !run(results[k].algo) ||
+          cudaStreamSynchronize(ctx.stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      float ms = -1.0f;
+      if (cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+        const bool captured = run(results[k].algo);
+        if (cudaStreamEndCapture(ctx.stream, &graph) == cudaSuccess && captured &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
+            cudaGraphLaunch(exec, ctx.stream) == cudaSuccess &&
+            cudaEventRecord(start, ctx.stream) == cudaSuccess) {
+          bool launched = true;
+          for (int r = 0; r < kTimedRuns && launched; ++r) {
+            launched = cudaGraphLaunch(exec, ctx.stream) == cudaSuccess;
+          }
+          if (launched && cudaEventRecord(end, ctx.stream) == cudaSuccess &&
+              cudaEventSynchronize(end) == cudaSuccess &&
+              cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
+            ms /= kTimedRuns;
+          } else {
+            ms = -1.0f;
+          }
+        }
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaStreamSynchronize(ctx.stream);
+      (void)cudaGetLastError();
+      if (ms < 0.0f) continue;
+      // The heuristic's own first choice keeps its place unless another is kAutotuneMargin times
+      // faster: an op timed alone on hot caches is a rough guide to its time inside the graph.
+      if (best < 0.0f) ms /= kAutotuneMargin;
+      if (best < 0.0f || ms < best) {
+        best = ms;
+        algo_ = results[k].algo;
+      }
+    }
+    if (start != nullptr) cudaEventDestroy(start);
+    if (end != nullptr) cudaEventDestroy(end);
+    for (void* b : buffers) {
+      if (b != nullptr) cudaFree(b);
+    }
+    (void)cudaGetLastError();
+    return best >= 0.0f;
+  }
+
+  Error set_preferences(cublasLtMatmulPreference_t raw) {
     const uint64_t workspace = kMatmulWorkspaceBytes;
     KILN_TRY(
         status(cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -243,6 +371,16 @@ class MatmulStep final : public Step {
       KILN_TRY(status(cublasLtMatmulPreferenceSetAttribute(raw, attribute, &bytes, sizeof(bytes)),
                       "setting an alignment"));
     }
+    return Error::Ok;
+  }
+
+  // Asks the heuristic for the best algorithm under the current alignments; host-only, so it is
+  // also safe while the stream is being captured.
+  Error choose_algorithm() {
+    cublasLtMatmulPreference_t raw = nullptr;
+    KILN_TRY(status(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
+    Preference preference(raw);
+    KILN_TRY(set_preferences(raw));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s =

@@ -995,6 +995,29 @@ TEST_F(EngineGpu, MatmulBiasAndEpilogues) {
   run_matmul(scaled_column, "column bias with beta 2 (separate pass)");
 }
 
+// KILN_AUTOTUNE=1: the timed algorithm choices (fresh, then from the cache) compute right too,
+// batched, transposed, with the bias in cuBLASLt's epilogue, in fp32 and bf16.
+TEST_F(EngineGpu, MatmulAutotunedChoicesAreCorrect) {
+  char dir[] = "/tmp/kiln_algo_cache_mm_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  ASSERT_EQ(setenv("KILN_AUTOTUNE", "1", 1), 0);
+  for (int pass = 0; pass < 2; ++pass) {  // timed, then read back from the cache
+    MatmulCase mc;
+    mc.batch = 3, mc.m = 64, mc.n = 96, mc.k = 128, mc.trans_b = true;
+    mc.bias = MatmulCase::Bias::kColumn, mc.epilogue = blob::Epilogue::kRelu;
+    run_matmul(mc, "f32 batched, bias relu, pass " + std::to_string(pass));
+    mc.dtype = mc.out_dtype = DType::kBFloat16;
+    run_matmul(mc, "bf16 batched, bias relu, pass " + std::to_string(pass));
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 2u);  // one per blob
+  std::filesystem::remove_all(dir);
+  unsetenv("KILN_AUTOTUNE");
+  unsetenv("KILN_CACHE_DIR");
+}
+
 TEST_F(EngineGpu, MatmulHalfBFloat16AndTf32) {
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     MatmulCase mc;
