@@ -46,6 +46,17 @@ bool fusable_binary(int64_t kind) {
   }
 }
 
+// Sizes of an op's index space that a fused program can use: positive, multiplying to the
+// output's element count. Anything else is a malformed op (the blob reader names it); checking
+// here keeps the index arithmetic below from overflowing on it.
+bool sane_sizes(const Sizes& sizes, int64_t numel) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    if (s <= 0 || __builtin_mul_overflow(n, s, &n)) return false;
+  }
+  return n == numel;
+}
+
 // Every tensor `op` reads over the op's own index space; nullopt when the op cannot join a fused
 // program (kinds or dtypes outside fp32 math, or state).
 std::optional<std::vector<Access>> accesses(const Graph& g, const Op& op) {
@@ -86,6 +97,7 @@ std::optional<std::vector<Access>> accesses(const Graph& g, const Op& op) {
         (b >= 0 && !is_floating(dtype(b)))) {
       return std::nullopt;
     }
+    if (!sane_sizes(op.list("sizes"), g.tensors[size_t(op.out())].numel())) return std::nullopt;
     out.push_back({op.at("a"), op.list("sizes"), op.list("a_strides")});
     if (b >= 0) out.push_back({b, op.list("sizes"), op.list("b_strides")});
     return out;
@@ -94,6 +106,7 @@ std::optional<std::vector<Access>> accesses(const Graph& g, const Op& op) {
       !is_floating(dtype(op.at("b")))) {
     return std::nullopt;
   }
+  if (!sane_sizes(op.list("sizes"), g.tensors[size_t(op.out())].numel())) return std::nullopt;
   for (const char* k : {"cond", "a", "b"}) {
     out.push_back({op.at(k), op.list("sizes"), op.list((std::string(k) + "_strides").c_str())});
   }
@@ -137,8 +150,11 @@ std::optional<Sizes> restride(const Sizes& bounds, const Sizes& sizes, const Siz
     int64_t q = bounds[i];
     size_t d = 0;
     while (d < sizes.size() && !(inner[d] <= q && q < inner[d] * sizes[d])) ++d;
-    if (d == sizes.size()) return std::nullopt;
-    out.push_back(strides[d] * (q / inner[d]));
+    int64_t stride;
+    if (d == sizes.size() || __builtin_mul_overflow(strides[d], q / inner[d], &stride)) {
+      return std::nullopt;
+    }
+    out.push_back(stride);
   }
   return out;
 }
@@ -153,7 +169,10 @@ void coalesce(const Sizes& sizes, const std::vector<Sizes>& strides, Sizes* out_
     Sizes st;
     for (const Sizes& s : strides) st.push_back(s[d]);
     bool merge = !dims.empty();
-    for (size_t i = 0; merge && i < st.size(); ++i) merge = dims.back().second[i] == st[i] * n;
+    for (size_t i = 0; merge && i < st.size(); ++i) {
+      int64_t outer;
+      merge = !__builtin_mul_overflow(st[i], n, &outer) && dims.back().second[i] == outer;
+    }
     if (merge) {
       dims.back() = {dims.back().first * n, st};
     } else {

@@ -84,12 +84,8 @@ def _library():
             "in a source checkout build it with `cmake --build build --target kiln_builder` "
             "(scripts/setup.sh builds everything)")
     try:
-        # The builder imports libexecutorch.so (the blob reader's log and Result); load the
-        # executorch runtime first so the one already in the process is used.
-        import executorch.runtime  # noqa: F401
-    except ImportError:
-        pass
-    try:
+        # Its only dependency beyond libstdc++ is the executorch wheel's libexecutorch.so (the
+        # blob reader's log), found through the library's RUNPATH.
         lib = ctypes.CDLL(str(path))
     except OSError as e:
         raise RuntimeError(f"kiln_executorch: loading the AOT builder {path} failed: {e}") from e
