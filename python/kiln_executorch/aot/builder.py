@@ -78,11 +78,12 @@ def _library():
         return _lib
     path = library_path()
     if not path.exists():
+        where = ("KILN_BUILDER_LIBRARY points at it" if os.environ.get("KILN_BUILDER_LIBRARY")
+                 else "the package's lib/ and the source build tree were searched")
         raise RuntimeError(
-            f"kiln_executorch: the AOT builder library {LIBRARY_NAME} was not found (looked at "
-            f"{path}, and KILN_BUILDER_LIBRARY is unset); reinstall the kiln_executorch wheel, or "
-            "in a source checkout build it with `cmake --build build --target kiln_builder` "
-            "(scripts/setup.sh builds everything)")
+            f"kiln_executorch: the AOT builder library {path} is missing ({where}); reinstall "
+            "the kiln_executorch wheel, or in a source checkout build it with "
+            "`cmake --build build --target kiln_builder` (scripts/setup.sh builds everything)")
     try:
         # Its only dependency beyond libstdc++ is the executorch wheel's libexecutorch.so (the
         # blob reader's log), found through the library's RUNPATH.
