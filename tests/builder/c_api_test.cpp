@@ -160,14 +160,43 @@ TEST(CApi, BadOpsAndIoAreNamed) {
   expect_rejected(patched(ir, io + 4, uint32_t(12)), "output 0: tensor id 12");
 }
 
-TEST(CApi, RandomByteFlipsNeverCrash) {
-  std::vector<uint8_t> ir = serialize(small_graph());
-  std::mt19937 rng(7);
-  for (int i = 0; i < 3000; ++i) {
-    std::vector<uint8_t> bad = ir;
-    for (int k = 0; k < 3; ++k) bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8));
-    Result r = build(bad);
-    EXPECT_TRUE(r.rc == KILN_BUILDER_OK || !r.error.empty());
+// bf16, a broadcast weight, a where over a Bool input, a view, two outputs: every pass has work.
+Graph busy_graph() {
+  Graph g;
+  g.precision = blob::Precision::kBf16;
+  int64_t x = input(g, {2, 8}, 0);
+  int64_t m = input(g, {2, 8}, 1, blob::DType::kBool);
+  int64_t w = weight(g, std::vector<float>(8, 0.25f), {8});
+  int64_t a = g.add_tensor(blob::DType::kFloat32, {2, 8}, "a");
+  int64_t b = g.add_tensor(blob::DType::kFloat32, {2, 8}, "b");
+  int64_t c = g.add_tensor(blob::DType::kFloat32, {2, 8}, "c");
+  int64_t v = g.add_tensor(blob::DType::kFloat32, {16}, "v");
+  g.tensors[size_t(v)].alias_of = c;
+  int64_t out = g.add_tensor(blob::DType::kFloat32, {16}, "out");
+  g.ops.push_back(make_op(blob::Opcode::kBinary, {{0}, {x}, {w}, {a}, {double_bits(1.0)}, {0},
+                                                  {2}, {2, 8}, {8, 1}, {0, 1}}));
+  g.ops.push_back(unary(blob::UnaryKind::kSilu, a, b));
+  g.ops.push_back(make_op(blob::Opcode::kWhere, {{m}, {a}, {b}, {c}, {2}, {2, 8}, {8, 1}, {8, 1},
+                                                 {8, 1}}));
+  g.ops.push_back(unary(blob::UnaryKind::kExp, v, out));
+  g.outputs = {out, b};
+  return g;
+}
+
+TEST(CApi, RandomMutationsNeverCrash) {
+  for (const Graph& g : {small_graph(), busy_graph()}) {
+    std::vector<uint8_t> ir = serialize(g);
+    ASSERT_EQ(build(ir).rc, KILN_BUILDER_OK) << build(ir).error;
+    std::mt19937 rng(7);
+    for (int i = 0; i < 20000; ++i) {
+      std::vector<uint8_t> bad = ir;
+      for (int k = 0, n = 1 + int(rng() % 4); k < n; ++k) {
+        size_t pos = rng() % bad.size();
+        bad[pos] = rng() % 2 ? uint8_t(bad[pos] ^ (1u << (rng() % 8))) : uint8_t(rng());
+      }
+      Result r = build(bad);
+      EXPECT_TRUE(r.rc == KILN_BUILDER_OK || !r.error.empty()) << "mutant " << i;
+    }
   }
 }
 
