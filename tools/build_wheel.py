@@ -41,9 +41,10 @@ def main() -> int:
     ap.add_argument("--install-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    lib = args.install_dir / "lib" / "libkiln_executorch_backend.so"
-    if not lib.exists():
-        raise SystemExit(f"build_wheel: {lib} is missing; run cmake --install first")
+    for name in ("libkiln_executorch_backend.so", "libkiln_builder.so"):
+        lib = args.install_dir / "lib" / name
+        if not lib.exists():
+            raise SystemExit(f"build_wheel: {lib} is missing; run cmake --install first")
 
     ver = version()
     et_pin = check_pins.read_pins()["executorch"]

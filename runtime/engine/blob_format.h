@@ -1,6 +1,7 @@
 // The Kiln engine blob, format version 1: what the AOT builder writes into the .pte and what
-// KilnBackend::init reads. This header is the single definition of the format; the Python writer
-// (python/kiln_executorch/aot/blob_format.py) mirrors these numbers and a test checks that the two
+// KilnBackend::init reads. This header is the single definition of the format; the C++ builder
+// (builder/) writes it from here, the Python mirror (python/kiln_executorch/aot/blob_format.py)
+// repeats these numbers for the IR interchange and the test reader, and a test checks that the two
 // agree.
 //
 // Layout (all integers little-endian; every offset is from the start of the blob):

@@ -2,8 +2,8 @@
 // dynamic dimensions. The AOT builder lowers such a partition once per assignment of its symbolic
 // sizes and stores the resulting format-v1 blobs (blob_format.h) side by side, each with the
 // delegate input shapes it serves. This header is the single definition of the container; the
-// Python writer (python/kiln_executorch/aot/blob_format.py) mirrors it and a test checks that the
-// two agree. A partition without dynamic dimensions is a plain v1 blob, never a variant set.
+// C++ builder (builder/) writes it from here, the Python reader's mirror
+// (python/kiln_executorch/aot/blob_format.py) repeats it and a test checks that the two agree. A partition without dynamic dimensions is a plain v1 blob, never a variant set.
 //
 // Layout (all integers little-endian; every offset is from the start of the container):
 //

@@ -11,7 +11,7 @@ Candidates:
   reductions, average pooling with ceil mode, cat/slice/permute copies, integer math, clamp, ...);
 - a variant set (a bounded dynamic batch: several plans, one shared weights section) and a
   truncated one;
-- handmade blobs written with the AOT blob writer: one small valid graph per opcode and a few
+- handmade blobs written by the C++ builder's writer (no passes; the malformed ones unchecked): one small valid graph per opcode and a few
   edge cases (empty graph, zero-element tensors, views of an argument, a bias-less matmul) plus
   malformed ones (magic only, another format version, a truncated header, a blob_size that lies,
   amax over an empty axis).
@@ -51,7 +51,7 @@ from torch import nn  # noqa: E402
 import models  # noqa: E402
 from kiln_executorch.aot import export, read_delegates  # noqa: E402
 from kiln_executorch.aot import blob_format as bf  # noqa: E402
-from kiln_executorch.aot.blob_writer import write_blob  # noqa: E402
+from kiln_executorch.aot import builder  # noqa: E402
 from kiln_executorch.aot.ir import Graph  # noqa: E402
 
 
@@ -156,15 +156,16 @@ def _io(g: Graph, dtype, shape, storage, index):
     return tid
 
 
-def _plan(g: Graph):
-    """Places every arena tensor (non-view) one after the other, 256-byte aligned."""
+def _plan(g: Graph, checked=True):
+    """Places every arena tensor (non-view) one after the other, 256-byte aligned, and writes the
+    graph as it is (checked by the runtime's reader unless it is malformed on purpose)."""
     offset = 0
     for t in g.tensors:
         if t.storage == bf.Storage.ARENA and t.alias_of is None:
             t.offset = offset
             offset += (t.nbytes + bf.ARENA_ALIGNMENT - 1) // bf.ARENA_ALIGNMENT * bf.ARENA_ALIGNMENT
     g.arena_size = offset
-    return write_blob(g)
+    return builder.build_blob(g, builder.WRITE_ONLY if checked else builder.UNCHECKED)
 
 
 def contiguous(shape):
@@ -286,7 +287,7 @@ def handmade_malformed(valid: bytes) -> dict[str, bytes]:
     out = _io(g, torch.float32, (2, 3), bf.Storage.OUTPUT, 0)
     g.add_op(bf.Opcode.REDUCE, kind=bf.ReduceKind.AMAX, x=x, out=out, outer=2, reduce=0, inner=3)
     return {
-        "malformed_amax_over_an_empty_axis": _plan(g),
+        "malformed_amax_over_an_empty_axis": _plan(g, checked=False),
         "malformed_magic_only": bf.MAGIC,
         "malformed_header_truncated": header[:60],
         "malformed_format_version_2": bytes(v2),

@@ -11,7 +11,7 @@ import pytest
 from conftest import BUILD, REPO, require
 
 INSTALL = BUILD / "install" / "kiln_executorch"
-LIBS = ["libkiln_executorch_backend.so", "libkiln_device_copy_kernels.so"]
+LIBS = ["libkiln_executorch_backend.so", "libkiln_device_copy_kernels.so", "libkiln_builder.so"]
 
 
 def sh(*cmd) -> str:
@@ -93,8 +93,21 @@ def test_backend_exports_only_its_c_api():
                      "kiln_executorch_profile_report", "kiln_executorch_profile_total_ms"}, names
 
 
+def test_builder_exports_only_its_c_api_and_needs_no_cuda():
+    lib = require(INSTALL / "lib" / "libkiln_builder.so", "run scripts/setup.sh")
+    names = {l.split()[-1] for l in sh("nm", "-D", "--defined-only", lib).splitlines() if " T " in l}
+    assert names == {"kiln_builder_api_version", "kiln_builder_build_blob",
+                     "kiln_builder_build_variant_set", "kiln_builder_free"}, names
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dynamic(lib))
+    assert "libexecutorch.so" in needed, needed
+    assert not [n for n in needed if re.search(r"cuda|cublas|cudnn|nvrtc", n)], needed
+    defined = sh("nm", "-D", "-C", "--defined-only", lib)
+    assert "executorch::runtime::" not in defined
+
+
 def test_installed_layout_and_cmake_package():
     for rel in ["lib/libkiln_executorch_backend.so", "lib/libkiln_device_copy_kernels.so", "bin/kiln_runner",
+                "lib/libkiln_builder.so", "include/kiln/builder.h",
                 "lib/cmake/kiln_executorch/kiln_executorch-config.cmake",
                 "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake",
                 "include/kiln/executorch/stream.h"]:

@@ -1,7 +1,8 @@
 """Python mirror of runtime/engine/blob_format.h, the Kiln engine blob format v1.
 
-The header is the definition; this module repeats its numbers so the builder can write blobs
-without a compiler. tests/python/aot/test_blob_format.py parses the header text and compares
+The header is the definition; the C++ builder (builder/) writes blobs from it. This module repeats
+its numbers so Python can encode IR operands for the builder (builder.py) and read blobs back
+(blob_reader.py). tests/python/aot/test_blob_format.py parses the header text and compares
 every constant, enum value, record layout and operand layout with this file, so the two cannot
 drift apart silently.
 """

@@ -5,7 +5,7 @@ nodes' metadata and SymInt-valued nodes (sym_size, arithmetic on sizes) that fee
 slice bounds. Kiln's engine runs static plans, so a partition with symbols is lowered once per
 assignment of its symbols within the program's range constraints (all combinations, at most
 MAX_VARIANTS), each time over a copy of its graph where every symbolic size is replaced by its
-value. The variant blobs go into one variant set (blob_writer.write_variant_set).
+value. The C++ builder turns the lowerings into one variant set (builder.build_variant_set).
 """
 
 import itertools

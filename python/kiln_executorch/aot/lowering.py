@@ -1,8 +1,8 @@
 """KilnBackend: lowers one partition (an edge-dialect ExportedProgram) to a Kiln engine blob.
 
-    edge graph --_Lowering--> Kiln IR --passes--> memory plan --write_blob--> bytes
+    edge graph --_Lowering--> Kiln IR --C++ builder (builder.py)--> blob bytes
 
-While converting, the builder evaluates every node whose inputs are all known ahead of time
+While converting, the lowering evaluates every node whose inputs are all known ahead of time
 (constant folding: arange/full/scalar_tensor, masks, transposed weights nobody reads in place),
 folds eval-mode batch norm into the convolution before it, reads a transposed operand of a
 matmul in place through trans_a/trans_b (so addmm(b, x, permute(W)) reads W as stored), and
@@ -12,16 +12,15 @@ points their record at the root's storage and offset (arena offset, weight offse
 input/output binding). The format allows several records over the same bytes, all of the same
 size; an extra kCopy would cost a launch and memory traffic for nothing.
 
-Then, in order: dead-op elimination; bias+activation epilogue fusion into kMatmul; precision
+Then the C++ builder (builder/, bound in builder.py) runs, in order: dead-op elimination; bias+activation epilogue fusion into kMatmul; precision
 conversion (fp16/bf16: floating weights and activations in the low dtype, kCopy casts at the
 delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 only sets the
 header); elementwise-chain fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise
 kernel, after precision conversion so each step keeps its op's rounding); binding of outputs to
 the runtime's output memory; liveness-based best-fit planning of the arena (256-byte aligned).
 
-A partition with bounded dynamic sizes is lowered by all of the above once per assignment of its
-symbols (dynamic.py) and written as a variant set (blob_writer.write_variant_set); a static one
-is a plain blob.
+A partition with bounded dynamic sizes is lowered once per assignment of its symbols (dynamic.py)
+and the C++ builder turns the lowerings into one variant set; a static one is a plain blob.
 
 Delegate inputs are the partition's user-input placeholders in graph-signature order, which is the
 order ExecuTorch passes them to the delegate (executorch_call_delegate's args); parameters,
@@ -41,12 +40,10 @@ import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from torch.export.graph_signature import InputKind, OutputKind
 
-from .blob_format import (ARENA_ALIGNMENT, MAX_FUSED_INPUTS, MAX_FUSED_INSTRS,
-                          MAX_RANK, BinaryKind, DTYPES, Epilogue, FusedForm, Opcode, PoolKind,
-                          Precision, double_to_bits,
-                          ReduceKind, Storage, UnaryKind, tensor_fields,
-                          tensor_list_fields)
-from .blob_writer import write_blob, write_variant_set
+from . import builder
+from .blob_format import (BinaryKind, Epilogue, Opcode, PoolKind, Precision, ReduceKind, Storage,
+                          UnaryKind)
+from .blob_reader import read_blob
 from .dynamic import assignments, program_symbols, specialise
 from .ir import Graph, Op
 from .supported_ops import CONSTANT_ONLY, SHAPE_ONLY, SUPPORTED_OPS, arguments, aten_op, val
@@ -78,39 +75,40 @@ class KilnBackend(BackendDetails):
         if program_symbols(edge_program):
             return PreprocessResult(processed_bytes=build_variant_set(edge_program,
                                                                       PRECISIONS[name]))
-        return PreprocessResult(processed_bytes=write_blob(build_graph(edge_program,
-                                                                       PRECISIONS[name])))
+        return PreprocessResult(processed_bytes=build_blob(edge_program, PRECISIONS[name]))
+
+
+def lower_graph(edge_program, precision=Precision.FP32) -> Graph:
+    """Edge program of one partition -> lowered, unplanned Kiln IR (the C++ builder's input)."""
+    g = _Lowering(edge_program).run()
+    g.precision = precision
+    return g
+
+
+def _passes(fuse):
+    return builder.PASSES_ALL if fuse else builder.PASSES_ALL & ~builder.PASS_FUSE_ELEMENTWISE
+
+
+def build_blob(edge_program, precision=Precision.FP32, fuse=True) -> bytes:
+    """Edge program of one partition -> engine blob: lowered here, built by the C++ builder
+    (fuse=False keeps every elementwise op its own kernel, the form fusion is checked against)."""
+    return builder.build_blob(lower_graph(edge_program, precision), _passes(fuse))
 
 
 def build_variant_set(edge_program, precision=Precision.FP32) -> bytes:
-    """A partition with bounded dynamic sizes -> a variant set: the partition lowered (with every
-    pass) once per assignment of its symbols, each blob with the delegate input shapes it serves."""
+    """A partition with bounded dynamic sizes -> a variant set: the partition lowered once per
+    assignment of its symbols and built (with every pass) by the C++ builder, each blob serving
+    the delegate input shapes of its own lowering."""
     symbols = program_symbols(edge_program)
     ranges = getattr(edge_program, "range_constraints", None)
-    variants = []
-    for assignment in assignments(symbols, ranges):
-        g = build_graph(specialise(edge_program, assignment), precision)
-        shapes = [None] * len(g.inputs)
-        for tid in g.inputs:
-            shapes[g.tensors[tid].offset] = g.tensors[tid].shape
-        variants.append((write_blob(g), shapes))
-    return write_variant_set(variants)
+    return builder.build_variant_set([lower_graph(specialise(edge_program, a), precision)
+                                      for a in assignments(symbols, ranges)])
 
 
 def build_graph(edge_program, precision=Precision.FP32, fuse=True) -> Graph:
-    """Edge program of one partition -> planned Kiln IR, ready for write_blob (fuse=False keeps
-    every elementwise op its own kernel, the form fusion is checked against)."""
-    g = _Lowering(edge_program).run()
-    g.precision = precision
-    eliminate_dead_ops(g)
-    fuse_matmul_epilogues(g)
-    convert_precision(g, precision)
-    if fuse:
-        fuse_elementwise(g)
-    bind_outputs(g)
-    compact(g)
-    plan_memory(g)
-    return g
+    """The built blob read back as IR (blob_reader.read_blob), for tests and tools: planned, with
+    views as records over their root's storage and offset (alias_of and names are not kept)."""
+    return read_blob(build_blob(edge_program, precision, fuse))
 
 
 # Shapes and strides.
@@ -823,348 +821,3 @@ LOWERINGS = {
     aten.embedding.default: _embedding,
     aten.index_put.default: _index_put,
 }
-
-
-# Passes over the IR.
-
-def _readers(g, root):
-    return [op for op in g.ops if any(g.root(t) == root for t in op.reads())]
-
-
-def eliminate_dead_ops(g):
-    """Drops ops whose result no output depends on (e.g. a convolution's original weights after
-    batch-norm folding leave no op behind, but a transposition read in place by a matmul does).
-    State is needed: the next run reads it."""
-    needed = {g.root(t) for t in g.outputs} | {t.id for t in g.tensors
-                                               if t.storage == Storage.STATE}
-    live = []
-    for op in reversed(g.ops):
-        if g.root(op.out) in needed:
-            live.append(op)
-            needed.update(g.root(t) for t in op.reads())
-    g.ops = live[::-1]
-
-
-_EPILOGUES = {UnaryKind.RELU: Epilogue.RELU, UnaryKind.GELU_ERF: Epilogue.GELU_ERF,
-              UnaryKind.GELU_TANH: Epilogue.GELU_TANH}
-
-
-def fuse_matmul_epilogues(g):
-    """kMatmul followed by relu/gelu as the only reader of its result: the activation runs in the
-    matmul's epilogue, and the activation's result becomes a view of the matmul's."""
-    output_roots = {g.root(t) for t in g.outputs}
-    for op in list(g.ops):
-        if op.opcode != Opcode.MATMUL or op.operands["epilogue"] != Epilogue.NONE:
-            continue
-        root = g.root(op.out)
-        readers = _readers(g, root)
-        if root in output_roots or len(readers) != 1:
-            continue
-        act = readers[0]
-        if act.opcode != Opcode.UNARY or act.operands["kind"] not in _EPILOGUES or \
-                g.tensors[act.out].dtype != g.tensors[root].dtype:
-            continue
-        op.operands["epilogue"] = _EPILOGUES[act.operands["kind"]]
-        g.tensors[act.out].alias_of = root
-        g.ops.remove(act)
-
-
-def _flat_copy(g, x, out):
-    n = g.tensors[out].numel
-    return g.add_op(Opcode.COPY, x=x, out=out, rank=1, sizes=[n], in_offset=0, in_strides=[1],
-                    out_offset=0, out_strides=[1])
-
-
-def convert_precision(g, precision):
-    """fp16/bf16: every float32 tensor but the delegate's inputs becomes the low dtype (weights
-    converted here); float32 inputs are cast on entry and float32 outputs cast on exit."""
-    low = {Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}.get(precision)
-    if low is None:
-        return
-    body, g.ops = g.ops, []
-    for tid in g.inputs:
-        t = g.tensors[tid]
-        if t.dtype != torch.float32:
-            continue
-        cast = g.add_tensor(low, t.shape, name=t.name + "_" + str(low).split(".")[-1])
-        for other in g.tensors:
-            if other.alias_of is not None and g.root(other.id) == tid:
-                other.alias_of = cast
-        for op in body:
-            op.rename(tid, cast)
-        _flat_copy(g, tid, cast)
-    g.ops += body
-    declared = [g.tensors[t].dtype for t in g.outputs]
-    keep = _full_precision_outputs(g)
-    for t in g.tensors:
-        if t.dtype == torch.float32 and t.storage != Storage.INPUT and t.id not in keep:
-            t.dtype = low
-            if t.data is not None:
-                t.data = t.data.to(low)
-    for i, (tid, dtype) in enumerate(zip(g.outputs, declared)):
-        if g.tensors[tid].dtype != dtype:
-            g.outputs[i] = g.add_tensor(dtype, g.tensors[tid].shape, name=g.tensors[tid].name)
-            _flat_copy(g, tid, g.outputs[i])
-
-
-# Ops that compute in fp32 and may write another dtype than they read.
-_ELEMENTWISE = (Opcode.UNARY, Opcode.BINARY, Opcode.WHERE)
-
-
-def _full_precision_outputs(g):
-    """float32 delegate outputs that an elementwise op writes and nothing else reads or views.
-    These stay float32: the op writes its fp32 result directly instead of rounding it to the low
-    dtype and casting back, which saves a copy and keeps results that the rounding would change
-    (tanh(x) rounds to exactly 1 in bf16, and a CPU erfinv after it would then give inf)."""
-    keep = set()
-    for tid in g.outputs:
-        t = g.tensors[tid]
-        if t.dtype != torch.float32 or t.storage != Storage.ARENA or t.alias_of is not None:
-            continue
-        writers = [op for op in g.ops if op.out == tid]
-        viewed = any(o.alias_of == tid for o in g.tensors)
-        if (len(writers) == 1 and writers[0].opcode in _ELEMENTWISE and not viewed
-                and not _readers(g, tid) and g.outputs.count(tid) == 1):
-            keep.add(tid)
-    return keep
-
-
-# Elementwise-chain fusion.
-
-_FLOATING = (torch.float32, torch.float16, torch.bfloat16)
-_FUSABLE_BINARY = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
-                   BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV,
-                   BinaryKind.REMAINDER}
-
-
-def _accesses(g, op):
-    """(tensor id, sizes, strides) of every tensor `op` reads, over the op's own index space;
-    None when the op cannot join a fused program (kinds or dtypes outside fp32 math)."""
-    o = op.operands
-    dtype = lambda t: g.tensors[t].dtype  # noqa: E731
-    if dtype(o["out"]) not in _FLOATING or any(
-            g.tensors[g.root(t)].storage == Storage.STATE for t in op.reads()):
-        return None
-    if op.opcode == Opcode.UNARY:
-        if o["kind"] == UnaryKind.LOGICAL_NOT or dtype(o["x"]) not in _FLOATING:
-            return None
-        n = g.tensors[o["out"]].numel
-        return [(o["x"], [n], [1])]
-    if op.opcode == Opcode.BINARY:
-        if o["kind"] not in _FUSABLE_BINARY or dtype(o["a"]) not in _FLOATING or (
-                o["b"] >= 0 and dtype(o["b"]) not in _FLOATING):
-            return None
-        reads = [(o["a"], o["sizes"], o["a_strides"])]
-        return reads + ([(o["b"], o["sizes"], o["b_strides"])] if o["b"] >= 0 else [])
-    if op.opcode == Opcode.WHERE:
-        if dtype(o["cond"]) != torch.bool or dtype(o["a"]) not in _FLOATING or \
-                dtype(o["b"]) not in _FLOATING:
-            return None
-        return [(o[k], o["sizes"], o[k + "_strides"]) for k in ("cond", "a", "b")]
-    return None
-
-
-def _suffix_products(sizes):
-    out, acc = [1], 1
-    for n in reversed(sizes):
-        acc *= n
-        out.append(acc)
-    return out
-
-
-def _refine(all_sizes):
-    """The coarsest shape whose every dim lies inside one dim of each of `all_sizes` (same numel),
-    as its suffix products, largest first; None when there is none."""
-    bounds = sorted({p for sizes in all_sizes for p in _suffix_products(sizes)}, reverse=True)
-    if any(a % b for a, b in zip(bounds, bounds[1:])):
-        return None
-    return bounds
-
-
-def _restride(bounds, sizes, strides):
-    """Strides of an access given over `sizes` re-expressed over the refined shape."""
-    inner = _suffix_products(sizes)[::-1][1:]       # inner[d] = prod(sizes[d + 1:])
-    out = []
-    for q in bounds[1:]:                            # q = the refined dim's inner product
-        d = next(d for d in range(len(sizes)) if inner[d] <= q < inner[d] * sizes[d])
-        out.append(strides[d] * (q // inner[d]))
-    return out
-
-
-def _fused_operands(g, ops):
-    """The kFusedElementwise operands computing `ops` (in program order, the last one the result,
-    every other one's result read only inside `ops`), or None when they do not fit one."""
-    produced = {g.root(op.out): op for op in ops}
-    accesses = {id(op): _accesses(g, op) for op in ops}
-    numel = g.tensors[ops[-1].out].numel
-    if numel == 0 or any(a is None for a in accesses.values()) or any(
-            g.tensors[op.out].numel != numel for op in ops):
-        return None
-    bounds = _refine([sizes for op in ops for _, sizes, _ in accesses[id(op)]])
-    if bounds is None or len(bounds) - 1 > MAX_RANK:
-        return None
-    refined = [a // b for a, b in zip(bounds, bounds[1:])]
-    inputs, strides, regs, program = [], [], {}, []
-    for op in ops:
-        srcs = []
-        for tid, sizes, st in accesses[id(op)]:
-            root = g.root(tid)
-            if root in produced and produced[root] is not op:
-                if st != _contiguous_strides(sizes) or g.tensors[root].numel != numel:
-                    return None
-                srcs.append(regs[root])
-                continue
-            key = (tid, tuple(_restride(bounds, sizes, st)))
-            if key not in inputs:
-                inputs.append(key)
-            srcs.append(inputs.index(key))
-        o = op.operands
-        rnd = int(DTYPES[g.tensors[op.out].dtype])
-        if op.opcode == Opcode.UNARY:
-            instr = [FusedForm.UNARY, o["kind"], srcs[0], -1, -1, o["p0"], o["p1"], rnd]
-        elif op.opcode == Opcode.BINARY:
-            s1 = srcs[1] if o["b"] >= 0 else -1
-            instr = [FusedForm.BINARY, o["kind"], srcs[0], s1, -1, o["alpha"], o["scalar"], rnd]
-        else:
-            instr = [FusedForm.WHERE, 0, srcs[0], srcs[1], srcs[2], 0.0, 0.0, rnd]
-        program.append(instr)
-        regs[g.root(op.out)] = ("reg", len(program) - 1)
-    if len(inputs) > MAX_FUSED_INPUTS or len(program) > MAX_FUSED_INSTRS:
-        return None
-    # Registers: inputs first, then one per instruction.
-    flat = []
-    for instr in program:
-        srcs = [len(inputs) + s[1] if isinstance(s, tuple) else s for s in instr[2:5]]
-        flat += [int(instr[0]), int(instr[1]), *srcs, double_to_bits(instr[5]),
-                 double_to_bits(instr[6]), instr[7]]
-    sizes, all_strides = _coalesce(refined, *[list(st) for _, st in inputs],
-                                   _contiguous_strides(refined))
-    return dict(out=ops[-1].out, rank=len(sizes), sizes=sizes, num_inputs=len(inputs),
-                inputs=[t for t, _ in inputs], strides=[s for st in all_strides[:-1] for s in st],
-                num_instrs=len(program), program=flat)
-
-
-def fuse_elementwise(g):
-    """Chains of kUnary / kBinary / kWhere ops in fp32 math become one kFusedElementwise op, so
-    the intermediates need no kernel launch and no arena memory. An op joins its reader's program
-    when its result (not a delegate output, not state) is read by that op only, elementwise (same
-    numel, contiguous), and the merged program still fits the format's limits. Runs after
-    convert_precision: each instruction rounds to the dtype its op's result had, which keeps
-    results bit-identical to the unfused ops; and before memory planning, so the intermediates
-    disappear from the arena."""
-    output_roots = {g.root(t) for t in g.outputs}
-    readers = {}
-    for op in g.ops:
-        for t in set(g.root(t) for t in op.reads()):
-            readers.setdefault(t, []).append(op)
-    producer = {}
-    group = {}      # id(op) -> the ops of the program it currently ends, in op order
-    position = {id(op): i for i, op in enumerate(g.ops)}
-    for op in g.ops:
-        group[id(op)] = [op]
-        if _accesses(g, op) is None:
-            continue
-        for root in dict.fromkeys(g.root(t) for t in op.reads()):
-            p = producer.get(root)
-            if p is None or root in output_roots or len(readers.get(root, [])) != 1 or \
-                    g.tensors[root].alias_of is not None or p.out != root:
-                continue
-            merged = sorted(group[id(p)] + group[id(op)], key=lambda o: position[id(o)])
-            if _fused_operands(g, merged) is not None:
-                group[id(op)] = merged
-                group[id(p)] = None
-        if op.out == g.root(op.out):
-            producer[op.out] = op
-    ops = []
-    for op in g.ops:
-        members = group[id(op)]
-        if members is None:
-            continue
-        if len(members) == 1:
-            ops.append(op)
-        else:
-            ops.append(Op(Opcode.FUSED_ELEMENTWISE, _fused_operands(g, members)))
-    g.ops = ops
-
-
-def bind_outputs(g):
-    """Makes output i live in the runtime's output memory i. An op-computed arena tensor is
-    retargeted there (with its views); an input, a weight, or a tensor already bound to another
-    output is copied into a new output tensor instead."""
-    written = {g.root(op.out) for op in g.ops}
-    bound = set()
-    for i, tid in enumerate(g.outputs):
-        root = g.root(tid)
-        if root in bound or root not in written or g.tensors[root].storage != Storage.ARENA:
-            t = g.tensors[tid]
-            g.outputs[i] = g.add_tensor(t.dtype, t.shape, name=t.name)
-            _flat_copy(g, tid, g.outputs[i])
-            root = g.outputs[i]
-        g.tensors[root].storage, g.tensors[root].offset = Storage.OUTPUT, i
-        bound.add(root)
-
-
-def compact(g):
-    """Removes tensors nothing refers to (e.g. weights replaced by folding) and renumbers."""
-    keep = set(g.inputs) | set(g.outputs)
-    for op in g.ops:
-        keep.update(op.reads() + [op.out])
-    for tid in list(keep):
-        while g.tensors[tid].alias_of is not None:
-            tid = g.tensors[tid].alias_of
-            keep.add(tid)
-    new_id = {}
-    tensors = []
-    for t in g.tensors:
-        if t.id in keep:
-            new_id[t.id] = len(tensors)
-            tensors.append(t)
-    for t in tensors:
-        t.id = new_id[t.id]
-        if t.alias_of is not None:
-            t.alias_of = new_id[t.alias_of]
-    for op in g.ops:
-        for name, old in list(op.operands.items()):
-            if name in tensor_fields(op.opcode) and old >= 0:
-                op.operands[name] = new_id[old]
-            elif name in tensor_list_fields(op.opcode):
-                op.operands[name] = [new_id[t] for t in old]
-    g.tensors = tensors
-    g.inputs = [new_id[t] for t in g.inputs]
-    g.outputs = [new_id[t] for t in g.outputs]
-
-
-def _align(n, a):
-    return (n + a - 1) // a * a
-
-
-def plan_memory(g):
-    """Greedy best-fit placement of arena tensors by liveness: a tensor lives from the first op
-    that writes it to the last op that reads it or any view of it, both inclusive (so an op's
-    output never shares bytes with its inputs). Largest tensors are placed first, each in the
-    smallest gap that fits among the tensors whose lifetimes overlap its own."""
-    first, last = {}, {}
-    for i, op in enumerate(g.ops):
-        root = g.root(op.out)
-        first.setdefault(root, i)
-        last[root] = i
-        for t in op.reads():
-            last[g.root(t)] = i
-    roots = [t for t in g.tensors if t.alias_of is None and t.storage == Storage.ARENA]
-    for t in roots:
-        if t.id not in first:
-            raise KilnLoweringError(f"arena tensor {t.id} ({t.name}) is never written")
-    placed = []
-    for t in sorted(roots, key=lambda t: (-t.nbytes, first[t.id])):
-        size = _align(t.nbytes, ARENA_ALIGNMENT)
-        busy = sorted((off, off + sz) for other, off, sz in placed
-                      if first[other] <= last[t.id] and first[t.id] <= last[other])
-        best, best_gap, cursor = None, None, 0
-        for start, end in busy:
-            gap = start - cursor
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, end)
-        t.offset = cursor if best is None else best
-        placed.append((t.id, t.offset, size))
-    g.arena_size = max((off + sz for _, off, sz in placed), default=0)

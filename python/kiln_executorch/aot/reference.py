@@ -36,7 +36,7 @@ from .blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType, Epilogue, FusedF
                           PoolKind, ReduceKind, Storage, TORCH_DTYPES, UnaryKind, tensor_fields,
                           tensor_list_fields)
 from .blob_format import bits_to_double
-from .blob_writer import is_variant_set, read_blob, read_variant_set
+from .blob_reader import is_variant_set, read_blob, read_variant_set
 
 _ARITHMETIC = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
                BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV, BinaryKind.REMAINDER}

@@ -1,4 +1,6 @@
-"""Blob writer and reader: round trip, section alignment, weight placement, rejected blobs."""
+"""The C++ builder's blob writer (passes off: the graph written as it is) and the Python reader:
+round trip, section alignment, weight placement, rejected blobs; the builder's errors and its
+fp32 -> bf16/fp16 weight rounding against torch."""
 
 import struct
 
@@ -6,8 +8,14 @@ import pytest
 import torch
 
 from kiln_executorch.aot import blob_format as bf
-from kiln_executorch.aot.blob_writer import read_blob, write_blob
+from kiln_executorch.aot import builder
+from kiln_executorch.aot.blob_reader import read_blob
 from kiln_executorch.aot.ir import Graph
+
+
+def write_blob(g):
+    """A planned graph written as it is, checked by the runtime's blob reader."""
+    return builder.build_blob(g, builder.WRITE_ONLY)
 
 
 def small_graph():
@@ -111,7 +119,7 @@ def corrupt(blob, field, value):
 def test_reader_rejects_malformed_blobs(mutate, message):
     g = small_graph()
     g.tensors[3].storage, g.tensors[3].offset = bf.Storage.ARENA, 0     # y: 48 arena bytes
-    blob = write_blob(g)
+    blob = builder.build_blob(g, builder.UNCHECKED)     # outputs no longer bound: not a program
     with pytest.raises(ValueError, match=message):
         read_blob(mutate(blob))
 
@@ -132,5 +140,62 @@ def test_reader_rejects_bad_tensor_ids_and_opcodes():
 def test_rank_above_limit_is_refused():
     g = Graph()
     g.add_tensor(torch.float32, (1,) * 9)
-    with pytest.raises(ValueError, match="rank 9"):
+    with pytest.raises(builder.KilnBuilderError, match="tensor 0 has rank 9 > 8"):
         write_blob(g)
+
+
+def test_builder_errors_name_the_op_and_tensor():
+    g = small_graph()
+    g.ops[0].operands["a"] = 42
+    with pytest.raises(builder.KilnBuilderError, match="op 0: a = 42 is not a tensor id"):
+        write_blob(g)
+    g = small_graph()
+    g.ops[1].operands["sizes"] = [21]       # the copy reads past x: the runtime's reader refuses
+    with pytest.raises(builder.KilnBuilderError, match="runtime's blob reader rejects"):
+        write_blob(g)
+
+
+def test_a_truncated_ir_buffer_is_an_error_not_a_crash():
+    ir = builder.serialize(small_graph())
+    lib = builder._library()
+    for n in (0, 7, 63, 64, len(ir) // 2, len(ir) - 1):
+        with pytest.raises(builder.KilnBuilderError, match="IR"):
+            builder._call(lib.kiln_builder_build_blob, (ir[:n], n, builder.PASSES_ALL))
+
+
+def test_missing_library_is_a_loud_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_BUILDER_LIBRARY", str(tmp_path / "libkiln_builder.so"))
+    monkeypatch.setattr(builder, "_lib", None)
+    with pytest.raises(RuntimeError, match="cmake --build build --target kiln_builder"):
+        write_blob(small_graph())
+
+
+def special_floats():
+    bits = torch.tensor([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFC12345, 0x7FFFFFFF, 0x7F800000,
+                         0xFF800000, 0x00000001, 0x80000001, 0x00008000, 0x00018000, 0x007FFFFF,
+                         0x33000000, 0x33000001, 0x33800000, 0x33C00000, 0x387FC000, 0x387FF000,
+                         0x477FE000, 0x477FEFFF, 0x477FF000, 0x3F801000, 0x3F803000, 0x3F808000,
+                         0x3F818000, 0x7F7FFFFF, 0x80000000, 0x00000000], dtype=torch.int64)
+    special = bits.to(torch.int32).view(torch.float32)
+    random = torch.randint(-2 ** 31, 2 ** 31, (1 << 16,), dtype=torch.int64,
+                           generator=torch.Generator().manual_seed(0)).to(torch.int32)
+    return torch.cat([special, random.view(torch.float32), torch.randn(4099) * 1e-6])
+
+
+@pytest.mark.parametrize("precision, dtype", [(bf.Precision.BF16, torch.bfloat16),
+                                              (bf.Precision.FP16, torch.float16)])
+def test_weights_round_to_low_precision_exactly_as_torch(precision, dtype):
+    data = special_floats()
+    g = Graph(precision=precision)
+    x = g.add_tensor(torch.float32, data.shape, storage=bf.Storage.INPUT, offset=0)
+    w = g.add_weight(data)
+    y = g.add_tensor(torch.float32, data.shape)
+    g.add_op(bf.Opcode.BINARY, kind=bf.BinaryKind.ADD, a=x, b=w, out=y, alpha=1.0, scalar=0.0,
+             rank=1, sizes=[data.numel()], a_strides=[1], b_strides=[1])
+    g.inputs, g.outputs = [x], [y]
+    back = read_blob(builder.build_blob(g))
+    (weight,) = [t for t in back.tensors if t.storage == bf.Storage.WEIGHT]
+    assert weight.dtype == dtype
+    want = data.to(dtype).view(torch.int16)
+    got = weight.data.reshape(-1).view(torch.int16)
+    assert torch.equal(got, want), (got != want).nonzero()[:8]

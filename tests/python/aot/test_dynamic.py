@@ -11,8 +11,9 @@ from torch import nn
 
 from kiln_executorch.aot import lower
 from kiln_executorch.aot import blob_format as bf
-from kiln_executorch.aot.blob_writer import (is_variant_set, read_blob, read_variant_set,
-                                             write_variant_set)
+from kiln_executorch.aot import builder
+from kiln_executorch.aot.blob_reader import is_variant_set, read_blob, read_variant_set
+from kiln_executorch.aot.lowering import lower_graph
 from kiln_executorch.aot.reference import run_blob, run_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,6 +38,13 @@ def lowered(module, example, dynamic_shapes, precision="fp32"):
     blobs = [m.processed_bytes for _, m in program.graph_module.named_children()
              if hasattr(m, "processed_bytes")]
     return program, blobs
+
+
+def partition_irs(module, example):
+    """The lowered, unplanned IR of every Kiln partition of a static export."""
+    program = lower(module.eval(), example).exported_program()
+    return [lower_graph(m.original_module) for _, m in program.graph_module.named_children()
+            if hasattr(m, "processed_bytes")]
 
 
 def eager(module, x):
@@ -65,7 +73,9 @@ def test_variants_with_different_weights_keep_their_own():
         other.fc1.weight.add_(1.0)
     _, (a,) = lowered(first, (torch.randn(1, 32),), None)
     _, (b,) = lowered(other, (torch.randn(2, 32),), None)
-    container = write_variant_set([(a, [(1, 32)]), (b, [(2, 32)])])
+    (ga,), (gb,) = partition_irs(first, (torch.randn(1, 32),)), partition_irs(other,
+                                                                             (torch.randn(2, 32),))
+    container = builder.build_variant_set([ga, gb])
     variants, shared = read_variant_set(container)
     assert shared is None and [v for v, _ in variants] == [a, b]
     x = torch.randn(2, 32)

@@ -1,4 +1,4 @@
-"""Elementwise-chain fusion (lowering.fuse_elementwise): which chains become one
+"""Elementwise-chain fusion (the C++ builder's fuse_elementwise pass): which chains become one
 kFusedElementwise op, which stay apart, and that fused programs compute exactly what the unfused
 ops compute (the reference interpreter, fp32 and bf16) for the fixture models and
 mobilenet_v3_small."""
@@ -16,8 +16,8 @@ from test_lowering import Fn, partitions  # noqa: E402
 
 from kiln_executorch.aot.blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType,  # noqa: E402
                                              FusedForm, Opcode, Precision, UnaryKind)
-from kiln_executorch.aot.blob_writer import read_blob, write_blob  # noqa: E402
-from kiln_executorch.aot.lowering import build_graph  # noqa: E402
+from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
+from kiln_executorch.aot.lowering import build_blob  # noqa: E402
 from kiln_executorch.aot import lower  # noqa: E402
 from kiln_executorch.aot.reference import run_blob, run_program  # noqa: E402
 
@@ -28,8 +28,8 @@ def built(module, inputs, precision="fp32", fuse=True):
     """[(graph, blob)] of every Kiln partition, built with or without fusion."""
     out = []
     for ep, _ in partitions(module, inputs, precision):
-        g = build_graph(ep, Precision[precision.upper()], fuse=fuse)
-        out.append((g, write_blob(g)))
+        blob = build_blob(ep, Precision[precision.upper()], fuse=fuse)
+        out.append((read_blob(blob), blob))
     return out
 
 
@@ -156,15 +156,16 @@ def _same_results(module, inputs, precision):
     program = lower(module, inputs, precision).exported_program()
     eps = [m.original_module for _, m in program.graph_module.named_children()
            if hasattr(m, "processed_bytes")]
-    plain = [build_graph(ep, Precision[precision.upper()], fuse=False) for ep in eps]
-    fused = [build_graph(ep, Precision[precision.upper()]) for ep in eps]
-    for gf, gp in zip(fused, plain):
+    plain = [build_blob(ep, Precision[precision.upper()], fuse=False) for ep in eps]
+    fused = [build_blob(ep, Precision[precision.upper()]) for ep in eps]
+    for gf, gp in zip(map(read_blob, fused), map(read_blob, plain)):
         assert gf.arena_size <= gp.arena_size
-    want = run_program(program, inputs, [write_blob(g) for g in plain])
-    got = run_program(program, inputs, [write_blob(g) for g in fused])
+    want = run_program(program, inputs, plain)
+    got = run_program(program, inputs, fused)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
-    return sum(len(g.ops) for g in plain), sum(len(g.ops) for g in fused), got
+    return (sum(len(read_blob(b).ops) for b in plain), sum(len(read_blob(b).ops) for b in fused),
+            got)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

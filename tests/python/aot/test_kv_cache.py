@@ -19,7 +19,7 @@ import models  # noqa: E402
 
 from kiln_executorch.aot import export, read_delegates, read_operators  # noqa: E402
 from kiln_executorch.aot.blob_format import Opcode, Storage  # noqa: E402
-from kiln_executorch.aot.blob_writer import read_blob  # noqa: E402
+from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
 from kiln_executorch.aot.reference import BlobExecutionError, ReferenceEngine, run_blob  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
@@ -110,7 +110,7 @@ def test_bad_positions_are_rejected_and_state_is_kept(exported, position):
 def test_only_index_put_writes_state():
     f = models.kv_cache_decode()
     from kiln_executorch.aot import lower
-    from kiln_executorch.aot.blob_writer import write_blob
+    from kiln_executorch.aot import builder
     edge = lower(f.module, f.inputs)
     (lowered,) = [m for _, m in edge.exported_program().graph_module.named_children()
                   if hasattr(m, "processed_bytes")]
@@ -121,7 +121,9 @@ def test_only_index_put_writes_state():
     for t in g.tensors:                                  # read_blob leaves no alias links
         t.alias_of = None
     with pytest.raises(BlobExecutionError, match="only INDEX_PUT writes state"):
-        run_blob(write_blob(g), f.inputs)
+        # Written as it is and unchecked: the runtime's reader would refuse it before the
+        # reference interpreter could.
+        run_blob(builder.build_blob(g, builder.UNCHECKED), f.inputs)
 
 
 def test_gpu_e2e_export_writes_programs_and_steps(tmp_path):

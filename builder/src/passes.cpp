@@ -1,0 +1,136 @@
+// The small structural passes: dead ops, matmul epilogues, output binding, compaction.
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "builder/src/passes.h"
+#include "kiln/builder.h"
+
+namespace kiln::builder {
+
+std::vector<const Op*> readers(const Graph& g, int64_t root) {
+  std::vector<const Op*> out;
+  for (const Op& op : g.ops) {
+    for (int64_t t : op.reads()) {
+      if (g.root(t) == root) {
+        out.push_back(&op);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Op flat_copy(const Graph& g, int64_t x, int64_t out) {
+  int64_t n = g.tensors[size_t(out)].numel();
+  return make_op(blob::Opcode::kCopy, {{x}, {out}, {1}, {n}, {0}, {1}, {0}, {1}});
+}
+
+void eliminate_dead_ops(Graph& g) {
+  // State is needed even when no output reads it: the next run does.
+  std::unordered_set<int64_t> needed;
+  for (int64_t t : g.outputs) needed.insert(g.root(t));
+  for (const Tensor& t : g.tensors) {
+    if (t.storage == blob::Storage::kState) needed.insert(t.id);
+  }
+  std::vector<Op> live;
+  for (auto it = g.ops.rbegin(); it != g.ops.rend(); ++it) {
+    if (needed.count(g.root(it->out()))) {
+      for (int64_t t : it->reads()) needed.insert(g.root(t));
+      live.push_back(std::move(*it));
+    }
+  }
+  std::reverse(live.begin(), live.end());
+  g.ops = std::move(live);
+}
+
+void fuse_matmul_epilogues(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    Op& op = g.ops[i];
+    if (op.opcode != blob::Opcode::kMatmul || op.at("epilogue") != int64_t(blob::Epilogue::kNone)) {
+      continue;
+    }
+    int64_t root = g.root(op.out());
+    auto rs = readers(g, root);
+    if (output_roots.count(root) || rs.size() != 1) continue;
+    const Op* act = rs[0];
+    if (act->opcode != blob::Opcode::kUnary) continue;
+    blob::Epilogue epilogue;
+    switch (static_cast<blob::UnaryKind>(act->at("kind"))) {
+      case blob::UnaryKind::kRelu: epilogue = blob::Epilogue::kRelu; break;
+      case blob::UnaryKind::kGeluErf: epilogue = blob::Epilogue::kGeluErf; break;
+      case blob::UnaryKind::kGeluTanh: epilogue = blob::Epilogue::kGeluTanh; break;
+      default: continue;
+    }
+    if (g.tensors[size_t(act->out())].dtype != g.tensors[size_t(root)].dtype) continue;
+    op.at("epilogue") = int64_t(epilogue);
+    g.tensors[size_t(act->out())].alias_of = root;
+    size_t j = size_t(act - g.ops.data());
+    g.ops.erase(g.ops.begin() + std::ptrdiff_t(j));
+    if (j < i) --i;
+  }
+}
+
+void bind_outputs(Graph& g) {
+  std::unordered_set<int64_t> written;
+  for (const Op& op : g.ops) written.insert(g.root(op.out()));
+  std::unordered_set<int64_t> bound;
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    int64_t tid = g.outputs[i];
+    int64_t root = g.root(tid);
+    // An input, a weight, or a tensor already bound to another output cannot also live in this
+    // output's memory: copy it there.
+    if (bound.count(root) || !written.count(root) ||
+        g.tensors[size_t(root)].storage != blob::Storage::kArena) {
+      const Tensor& t = g.tensors[size_t(tid)];
+      int64_t copy = g.add_tensor(t.dtype, t.shape, t.name);
+      g.outputs[i] = copy;
+      g.ops.push_back(flat_copy(g, tid, copy));
+      root = copy;
+    }
+    g.tensors[size_t(root)].storage = blob::Storage::kOutput;
+    g.tensors[size_t(root)].offset = i;
+    bound.insert(root);
+  }
+}
+
+void compact(Graph& g) {
+  std::vector<bool> keep(g.tensors.size(), false);
+  for (int64_t t : g.inputs) keep[size_t(t)] = true;
+  for (int64_t t : g.outputs) keep[size_t(t)] = true;
+  for (const Op& op : g.ops) {
+    for (int64_t t : op.reads()) keep[size_t(t)] = true;
+    keep[size_t(op.out())] = true;
+  }
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    if (!keep[i]) continue;
+    for (int64_t t = int64_t(i); g.tensors[size_t(t)].alias_of != kNoTensor;) {
+      t = g.tensors[size_t(t)].alias_of;
+      keep[size_t(t)] = true;
+    }
+  }
+  std::vector<int64_t> new_id(g.tensors.size(), kNoTensor);
+  std::vector<Tensor> tensors;
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    if (!keep[i]) continue;
+    new_id[i] = int64_t(tensors.size());
+    tensors.push_back(std::move(g.tensors[i]));
+  }
+  for (Tensor& t : tensors) {
+    t.id = new_id[size_t(t.id)];
+    if (t.alias_of != kNoTensor) t.alias_of = new_id[size_t(t.alias_of)];
+  }
+  for (Op& op : g.ops) {
+    op.for_each_tensor([&](int64_t& id) {
+      if (id >= 0) id = new_id[size_t(id)];
+    });
+  }
+  g.tensors = std::move(tensors);
+  for (int64_t& t : g.inputs) t = new_id[size_t(t)];
+  for (int64_t& t : g.outputs) t = new_id[size_t(t)];
+}
+
+}  // namespace kiln::builder

@@ -1,0 +1,47 @@
+// The builder's passes over the IR, in the order the builder runs them (kiln/builder.h). Each
+// throws BuildError naming the tensor or op when it cannot do its job.
+#pragma once
+
+#include <cstdint>
+
+#include "builder/src/ir.h"
+
+namespace kiln::builder {
+
+/// Drops ops whose result no output or state depends on.
+void eliminate_dead_ops(Graph& g);
+
+/// kMatmul followed by relu/gelu as the only reader of its result: the activation runs in the
+/// matmul's epilogue and its result becomes a view of the matmul's.
+void fuse_matmul_epilogues(Graph& g);
+
+/// fp16/bf16: float32 tensors other than the delegate's inputs become the low dtype (weights and
+/// state initial values converted), float32 inputs are cast on entry and outputs on exit; fp32
+/// outputs written directly by one elementwise op stay float32. fp32/tf32: nothing.
+void convert_precision(Graph& g);
+
+/// Chains of kUnary / kBinary / kWhere in fp32 math become kFusedElementwise ops.
+void fuse_elementwise(Graph& g);
+
+/// Output i lives in the runtime's output memory i (a copy when it cannot be retargeted).
+void bind_outputs(Graph& g);
+
+/// Removes tensors nothing refers to and renumbers the rest, keeping their order.
+void compact(Graph& g);
+
+/// Greedy best-fit placement of arena tensors by liveness, kArenaAlignment aligned; sets
+/// Graph::arena_size.
+void plan_memory(Graph& g);
+
+/// Readers of `root` (ops reading it or a view of it), in op order.
+std::vector<const Op*> readers(const Graph& g, int64_t root);
+
+/// A kCopy of every element of `x` into `out` (same numel, both contiguous).
+Op flat_copy(const Graph& g, int64_t x, int64_t out);
+
+/// fp32 -> bf16 / fp16 bits, rounded to nearest even as torch's CPU Tensor.to() does (subnormals
+/// kept, overflow to inf; NaN: 0xFFFF for bf16, sign | 0x7E00 | payload >> 13 for fp16).
+uint16_t float_to_bfloat16(float value);
+uint16_t float_to_half(float value);
+
+}  // namespace kiln::builder

@@ -1,0 +1,141 @@
+// Precision conversion (fp16 / bf16) and the float rounding it needs.
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "builder/src/passes.h"
+#include "kiln/builder.h"
+
+namespace kiln::builder {
+
+uint16_t float_to_bfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  // torch's vectorised CPU conversion writes every NaN as 0xFFFF (not the scalar path's 0x7FC0);
+  // Tensor.to() takes that path for every length, so match it.
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0xffff;
+  uint32_t bias = ((bits >> 16) & 1u) + 0x7fffu;
+  return uint16_t((bits + bias) >> 16);
+}
+
+uint16_t float_to_half(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  uint32_t abs = bits & 0x7fffffffu;
+  // NaN as the F16C instruction torch's conversion uses: quiet, top payload bits kept.
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);   // rounds to or past inf
+  int32_t exponent = int32_t(abs >> 23) - 127;
+  uint32_t mantissa = abs & 0x7fffffu;
+  if (exponent >= -14) {
+    // Normal half: 10 mantissa bits, round to nearest even on the 13 dropped ones (a carry
+    // into the exponent is the correct result).
+    uint32_t h = (uint32_t(exponent + 15) << 10) | (mantissa >> 13);
+    uint32_t rest = mantissa & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return uint16_t(sign | h);
+  }
+  if (exponent < -25) return sign;   // below half the smallest subnormal: +-0
+  // Subnormal half: value = m * 2^-24 with the implicit bit made explicit.
+  uint32_t full = mantissa | 0x800000u;
+  int shift = -exponent - 14 + 13;   // 14..24 bits dropped
+  uint32_t h = full >> shift;
+  uint32_t rest = full & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (h & 1u))) ++h;
+  return uint16_t(sign | h);
+}
+
+namespace {
+
+const char* dtype_suffix(blob::DType dtype) {
+  return dtype == blob::DType::kFloat16 ? "float16" : "bfloat16";
+}
+
+void convert_data(Tensor& t, blob::DType low) {
+  size_t n = t.data.size() / 4;
+  std::vector<uint8_t> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, t.data.data() + i * 4, 4);
+    uint16_t h = low == blob::DType::kFloat16 ? float_to_half(f) : float_to_bfloat16(f);
+    std::memcpy(out.data() + i * 2, &h, 2);
+  }
+  t.data = std::move(out);
+}
+
+bool is_elementwise(blob::Opcode op) {
+  return op == blob::Opcode::kUnary || op == blob::Opcode::kBinary || op == blob::Opcode::kWhere;
+}
+
+// float32 outputs that one elementwise op writes and nothing else reads or views. They stay
+// float32: the op writes its fp32 result directly instead of rounding it to the low dtype and
+// casting back, which saves a copy and keeps results the rounding would change (tanh(x) rounds
+// to exactly 1 in bf16, and a CPU erfinv after it would then give inf).
+std::unordered_set<int64_t> full_precision_outputs(const Graph& g) {
+  std::unordered_set<int64_t> keep;
+  for (int64_t tid : g.outputs) {
+    const Tensor& t = g.tensors[size_t(tid)];
+    if (t.dtype != blob::DType::kFloat32 || t.storage != blob::Storage::kArena ||
+        t.alias_of != kNoTensor) {
+      continue;
+    }
+    std::vector<const Op*> writers;
+    for (const Op& op : g.ops) {
+      if (op.out() == tid) writers.push_back(&op);
+    }
+    bool viewed = std::any_of(g.tensors.begin(), g.tensors.end(),
+                              [&](const Tensor& o) { return o.alias_of == tid; });
+    if (writers.size() == 1 && is_elementwise(writers[0]->opcode) && !viewed &&
+        readers(g, tid).empty() && std::count(g.outputs.begin(), g.outputs.end(), tid) == 1) {
+      keep.insert(tid);
+    }
+  }
+  return keep;
+}
+
+}  // namespace
+
+void convert_precision(Graph& g) {
+  blob::DType low;
+  if (g.precision == blob::Precision::kFp16) {
+    low = blob::DType::kFloat16;
+  } else if (g.precision == blob::Precision::kBf16) {
+    low = blob::DType::kBFloat16;
+  } else {
+    return;
+  }
+  std::vector<Op> body = std::move(g.ops);
+  g.ops.clear();
+  for (int64_t tid : g.inputs) {
+    if (g.tensors[size_t(tid)].dtype != blob::DType::kFloat32) continue;
+    Tensor t = g.tensors[size_t(tid)];
+    int64_t cast = g.add_tensor(low, t.shape, t.name + "_" + dtype_suffix(low));
+    for (Tensor& other : g.tensors) {
+      if (other.alias_of != kNoTensor && g.root(other.id) == tid) other.alias_of = cast;
+    }
+    for (Op& op : body) op.rename(tid, cast);
+    g.ops.push_back(flat_copy(g, tid, cast));
+  }
+  for (Op& op : body) g.ops.push_back(std::move(op));
+
+  std::vector<blob::DType> declared;
+  for (int64_t t : g.outputs) declared.push_back(g.tensors[size_t(t)].dtype);
+  auto keep = full_precision_outputs(g);
+  for (Tensor& t : g.tensors) {
+    if (t.dtype == blob::DType::kFloat32 && t.storage != blob::Storage::kInput && !keep.count(t.id)) {
+      t.dtype = low;
+      if (t.has_data) convert_data(t, low);
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    int64_t tid = g.outputs[i];
+    if (g.tensors[size_t(tid)].dtype == declared[i]) continue;
+    Tensor t = g.tensors[size_t(tid)];
+    g.outputs[i] = g.add_tensor(declared[i], t.shape, t.name);
+    g.ops.push_back(flat_copy(g, tid, g.outputs[i]));
+  }
+}
+
+}  // namespace kiln::builder

@@ -1,0 +1,180 @@
+"""The C++ AOT builder (libkiln_builder.so), bound with ctypes.
+
+Python lowers an edge program into Kiln IR (lowering.py: _Lowering, with batch-norm folding and
+constant evaluation in torch); everything after that — dead-op elimination, matmul epilogue
+fusion, precision conversion, elementwise fusion, output binding, compaction, memory planning and
+writing the blob or variant set — runs in C++ (builder/, API in builder/include/kiln/builder.h).
+
+The IR crosses as one buffer in the "KILNIR" interchange format that header defines (a versioned
+header, fixed-size tensor and op entries, the blob's own operand encoding, names, raw weight
+bytes). The library is found at KILN_BUILDER_LIBRARY, else in the package's lib/ (installed
+wheel), else in the source checkout's build tree (KILN_BUILD_DIR or <repo>/build). There is no
+Python fallback: a missing library raises.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+from pathlib import Path
+
+import torch
+
+from . import blob_format as bf
+from .ir import Graph
+
+LIBRARY_NAME = "libkiln_builder.so"
+API_VERSION = 1
+
+IR_MAGIC = b"KILNIR\0\0"
+IR_VERSION = 1
+IR_HEADER = struct.Struct("<8sIIIIIIIIQQQ")
+IR_TENSOR = struct.Struct(f"<II{bf.MAX_RANK}qIiQQII")
+IR_OP = struct.Struct("<II")
+assert IR_HEADER.size == 64 and IR_TENSOR.size == 104 and IR_OP.size == 8
+
+# Pass bits (kiln/builder.h).
+PASS_DEAD_OPS = 1 << 0
+PASS_MATMUL_EPILOGUES = 1 << 1
+PASS_PRECISION = 1 << 2
+PASS_FUSE_ELEMENTWISE = 1 << 3
+PASS_BIND_OUTPUTS = 1 << 4
+PASS_COMPACT = 1 << 5
+PASS_PLAN_MEMORY = 1 << 6
+PASSES_ALL = 0x7F
+WRITE_ONLY = 0                  # the IR is already planned: write it as it is
+UNCHECKED = 1 << 31             # skip the reader's check (deliberately malformed fuzz seeds only)
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+_ERROR_SIZE = 1024
+
+
+class KilnBuilderError(RuntimeError):
+    """The C++ builder refused the IR or could not build it; the message is the builder's."""
+
+
+def library_path() -> Path:
+    """KILN_BUILDER_LIBRARY, else the package's lib/ (installed wheel), else the source build tree
+    (KILN_BUILD_DIR, default <repo>/build)."""
+    override = os.environ.get("KILN_BUILDER_LIBRARY")
+    if override:
+        return Path(override)
+    packaged = _PACKAGE / "lib" / LIBRARY_NAME
+    if packaged.exists():
+        return packaged
+    build = Path(os.environ.get("KILN_BUILD_DIR") or _PACKAGE.parents[1] / "build")
+    source_build = build / "builder" / LIBRARY_NAME
+    if source_build.exists():
+        return source_build
+    return packaged
+
+
+_lib = None
+
+
+def _library():
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = library_path()
+    if not path.exists():
+        where = ("KILN_BUILDER_LIBRARY points at it" if os.environ.get("KILN_BUILDER_LIBRARY")
+                 else "the package's lib/ and the source build tree were searched")
+        raise RuntimeError(
+            f"kiln_executorch: the AOT builder library {path} is missing ({where}); reinstall "
+            "the kiln_executorch wheel, or in a source checkout build it with "
+            "`cmake --build build --target kiln_builder` (scripts/setup.sh builds everything)")
+    try:
+        # Its only dependency beyond libstdc++ is the executorch wheel's libexecutorch.so (the
+        # blob reader's log), found through the library's RUNPATH.
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise RuntimeError(f"kiln_executorch: loading the AOT builder {path} failed: {e}") from e
+    lib.kiln_builder_api_version.restype = ctypes.c_uint32
+    version = lib.kiln_builder_api_version()
+    if version != API_VERSION:
+        raise RuntimeError(f"kiln_executorch: {path} has builder API version {version}, this "
+                           f"package needs {API_VERSION}; rebuild or reinstall them together")
+    out = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p,
+           ctypes.c_size_t]
+    lib.kiln_builder_build_blob.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32] + out
+    lib.kiln_builder_build_blob.restype = ctypes.c_int
+    lib.kiln_builder_build_variant_set.argtypes = [
+        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
+        ctypes.c_uint32] + out
+    lib.kiln_builder_build_variant_set.restype = ctypes.c_int
+    lib.kiln_builder_free.argtypes = [ctypes.c_void_p]
+    lib.kiln_builder_free.restype = None
+    _lib = lib
+    return lib
+
+
+def _raw(data: torch.Tensor) -> bytes:
+    return data.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def serialize(graph: Graph) -> bytes:
+    """Kiln IR -> the KILNIR interchange buffer (kiln/builder.h)."""
+    entries, names, data = bytearray(), bytearray(), bytearray()
+    for t in graph.tensors:
+        if len(t.shape) > bf.MAX_RANK:
+            sizes = [0] * bf.MAX_RANK       # the builder rejects the rank and names the tensor
+        else:
+            sizes = list(t.shape) + [0] * (bf.MAX_RANK - len(t.shape))
+        raw = b""
+        if t.alias_of is None and t.storage in (bf.Storage.WEIGHT, bf.Storage.STATE) and \
+                t.data is not None:
+            raw = _raw(t.data)
+        name = t.name.encode()
+        entries += IR_TENSOR.pack(bf.DTYPES[t.dtype], len(t.shape), *sizes, int(t.storage),
+                                  -1 if t.alias_of is None else t.alias_of, int(t.offset),
+                                  len(raw), len(name), 0)
+        names += name
+        data += raw
+    ops, operands = bytearray(), []
+    for op in graph.ops:
+        slots = bf.encode_operands(op.opcode, op.operands)
+        ops += IR_OP.pack(int(op.opcode), len(slots))
+        operands += slots
+    pool = struct.pack(f"<{len(operands)}q", *operands)
+    io = struct.pack(f"<{len(graph.inputs) + len(graph.outputs)}I",
+                     *graph.inputs, *graph.outputs)
+    body = entries + ops + pool + io + names + data
+    header = IR_HEADER.pack(IR_MAGIC, IR_VERSION, IR_HEADER.size, int(graph.precision),
+                            len(graph.tensors), len(graph.ops), len(graph.inputs),
+                            len(graph.outputs), 0, len(operands), int(graph.arena_size),
+                            IR_HEADER.size + len(body))
+    return header + bytes(body)
+
+
+def _call(fn, args) -> bytes:
+    lib = _library()
+    out = ctypes.c_void_p()
+    size = ctypes.c_size_t()
+    error = ctypes.create_string_buffer(_ERROR_SIZE)
+    rc = fn(*args, ctypes.byref(out), ctypes.byref(size), error, _ERROR_SIZE)
+    if rc != 0:
+        raise KilnBuilderError(error.value.decode(errors="replace") or f"builder error {rc}")
+    try:
+        return ctypes.string_at(out, size.value)
+    finally:
+        lib.kiln_builder_free(out)
+
+
+def build_blob(graph: Graph, passes: int = PASSES_ALL) -> bytes:
+    """Lowered (unplanned) IR -> engine blob, through the C++ passes selected by `passes`.
+    passes=WRITE_ONLY writes an IR whose arena is already planned, as it is."""
+    ir = serialize(graph)
+    lib = _library()
+    return _call(lib.kiln_builder_build_blob, (ir, len(ir), passes))
+
+
+def build_variant_set(graphs, passes: int = PASSES_ALL) -> bytes:
+    """One lowered IR per shape assignment of a dynamic partition -> variant set bytes (each
+    variant serves its own input tensors' shapes; identical weights sections stored once)."""
+    irs = [serialize(g) for g in graphs]
+    lib = _library()
+    buffers = [ctypes.create_string_buffer(ir, len(ir)) for ir in irs]
+    pointers = (ctypes.c_void_p * len(irs))(*[ctypes.cast(b, ctypes.c_void_p) for b in buffers])
+    sizes = (ctypes.c_size_t * len(irs))(*[len(ir) for ir in irs])
+    return _call(lib.kiln_builder_build_variant_set, (pointers, sizes, len(irs), passes))
