@@ -151,7 +151,7 @@ run|sanitize)
     if cmake -S examples/cpp_consumer -B "$consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_PREFIX_PATH="$stage/site/kiln_executorch;$stage/site/executorch/lib/cmake/executorch" > "$out/consumer_build.log" 2>&1 \
        && cmake --build "$consumer" >> "$out/consumer_build.log" 2>&1; then
-      first=$(ls "$stage"/models/*_fp32.pte | head -1)  # a default (host I/O) program
+      first=$(ls "$stage"/models/*.pte | grep -v '_device\.pte$' | head -1)  # host I/O, not device-resident
       "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     else
