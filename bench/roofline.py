@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_run import time_cuda  # noqa: E402  (the same CUDA-event timing as the zoo's references)
 
 D_MODEL, HIDDEN = 1024, 4096
 MEMORY_BOUND = [64, 256, 1024]
@@ -49,21 +51,6 @@ def export(out: Path) -> int:
         kiln_export(module, (x,), path, precision="bf16", device_resident=True)
         print(f"export {path.name}: {path.stat().st_size} bytes")
     return 0
-
-
-def time_cuda(fn, iterations: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def run(models: Path, runner: Path, out: Path, iterations: int) -> int:
@@ -101,7 +88,7 @@ def run(models: Path, runner: Path, out: Path, iterations: int) -> int:
         x = torch.ones(batch, D_MODEL, dtype=torch.bfloat16, device=dev)
         with torch.inference_mode():
             want = module(x).float().cpu()
-            eager_ms = time_cuda(lambda: module(x))
+            eager_ms = time_cuda(lambda: module(x), 50)
         rel = float((got - want).abs().max() / want.abs().max())
         ok = rel <= 2e-2
         failed += not ok

@@ -9,6 +9,7 @@
 
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/autotune.cuh"
 #include "runtime/engine/kernels/common.cuh"
 
 namespace kiln::engine::kernels {
@@ -323,39 +324,6 @@ class Conv2dStep final : public Step {
                                      buffers[1], conv_desc_.get(), algo, buffers[3], bytes, &beta,
                                      y_desc_.get(), buffers[2]) == CUDNN_STATUS_SUCCESS;
     };
-    // Runs `algo` once eagerly (cuDNN's lazy setup must not happen under capture), then captures
-    // one call and times kTimedRuns replays; the mean in ms, or a negative value on failure.
-    auto time_graph = [&](cudnnConvolutionFwdAlgo_t algo, size_t bytes) -> float {
-      if (!run(algo, bytes) || cudaStreamSynchronize(ctx.stream) != cudaSuccess) return -1.0f;
-      cudaGraph_t graph = nullptr;
-      if (cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
-        return -1.0f;
-      }
-      const bool captured = run(algo, bytes);
-      if (cudaStreamEndCapture(ctx.stream, &graph) != cudaSuccess || !captured) {
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        return -1.0f;
-      }
-      cudaGraphExec_t exec = nullptr;
-      float ms = -1.0f;
-      if (cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
-          cudaGraphLaunch(exec, ctx.stream) == cudaSuccess &&
-          cudaEventRecord(start, ctx.stream) == cudaSuccess) {
-        bool ok = true;
-        for (int r = 0; r < kTimedRuns && ok; ++r) ok = cudaGraphLaunch(exec, ctx.stream) == cudaSuccess;
-        if (ok && cudaEventRecord(end, ctx.stream) == cudaSuccess &&
-            cudaEventSynchronize(end) == cudaSuccess &&
-            cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
-          ms /= kTimedRuns;
-        } else {
-          ms = -1.0f;
-        }
-      }
-      if (exec != nullptr) cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-      cudaStreamSynchronize(ctx.stream);
-      return ms;
-    };
     const cudnnMathType_t math = strict_fp32_ ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
     constexpr int kMaxTimed = 4;  // the heuristic's first few: the rest can take milliseconds each
     int timed = 0;
@@ -371,7 +339,8 @@ class Conv2dStep final : public Step {
                                                   conv_desc_.get(), y_desc_.get(), p.algo,
                                                   &bytes) == CUDNN_STATUS_SUCCESS &&
           bytes <= ws_bytes) {
-        ms = time_graph(p.algo, bytes);
+        ms = time_graph_replays(ctx.stream, start, end, kTimedRuns,
+                                [&] { return run(p.algo, bytes); });
       }
       (void)cudaGetLastError();
       // The heuristic's own first choice keeps its place unless another is kAutotuneMargin

@@ -8,6 +8,7 @@
 
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/autotune.cuh"
 #include "runtime/engine/kernels/common.cuh"
 
 namespace kiln::engine::kernels {
@@ -306,37 +307,9 @@ class MatmulStep final : public Step {
     };
     float best = -1.0f;
     for (int k = 0; ok && k < found; ++k) {
-      if (results[k].state != CUBLAS_STATUS_SUCCESS || !run(results[k].algo) ||
-          cudaStreamSynchronize(ctx.stream) != cudaSuccess) {
-        (void)cudaGetLastError();
-        continue;
-      }
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      float ms = -1.0f;
-      if (cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-        const bool captured = run(results[k].algo);
-        if (cudaStreamEndCapture(ctx.stream, &graph) == cudaSuccess && captured &&
-            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
-            cudaGraphLaunch(exec, ctx.stream) == cudaSuccess &&
-            cudaEventRecord(start, ctx.stream) == cudaSuccess) {
-          bool launched = true;
-          for (int r = 0; r < kTimedRuns && launched; ++r) {
-            launched = cudaGraphLaunch(exec, ctx.stream) == cudaSuccess;
-          }
-          if (launched && cudaEventRecord(end, ctx.stream) == cudaSuccess &&
-              cudaEventSynchronize(end) == cudaSuccess &&
-              cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
-            ms /= kTimedRuns;
-          } else {
-            ms = -1.0f;
-          }
-        }
-      }
-      if (exec != nullptr) cudaGraphExecDestroy(exec);
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      cudaStreamSynchronize(ctx.stream);
-      (void)cudaGetLastError();
+      if (results[k].state != CUBLAS_STATUS_SUCCESS) continue;
+      float ms = time_graph_replays(ctx.stream, start, end, kTimedRuns,
+                                    [&] { return run(results[k].algo); });
       if (ms < 0.0f) continue;
       // The heuristic's own first choice keeps its place unless another is kAutotuneMargin times
       // faster: an op timed alone on hot caches is a rough guide to its time inside the graph.
