@@ -19,10 +19,6 @@ using blob::DType;
 using executorch::runtime::Error;
 using executorch::runtime::Result;
 
-// KILN_AUTOTUNE=1 replaces cuDNN's heuristic choice only by an algorithm timed this many times
-// faster (see time_candidates).
-constexpr float kAutotuneMargin = 1.25f;
-
 // The most workspace one convolution may ask for; faster algorithms that want more are skipped.
 constexpr size_t kWorkspaceLimit = size_t{256} << 20;
 
@@ -275,20 +271,12 @@ class Conv2dStep final : public Step {
       return false;
     }
     const size_t ws_bytes = std::min(kWorkspaceLimit, free_bytes / 4);
-    void* buffers[4] = {};
-    const size_t sizes[4] = {x_bytes, w_bytes, out_nbytes_, ws_bytes};
-    bool ok = true;
-    for (int i = 0; i < 4 && ok; ++i) {
-      ok = sizes[i] == 0 || (cudaMalloc(&buffers[i], sizes[i]) == cudaSuccess &&
-                             cudaMemset(buffers[i], 0, sizes[i]) == cudaSuccess);
-    }
-    ok = ok && cudnnSetStream(ctx.cudnn, ctx.stream) == CUDNN_STATUS_SUCCESS &&
-         time_candidates(ctx, buffers, ws_bytes, perf, returned) &&
-         cudaStreamSynchronize(ctx.stream) == cudaSuccess;
-    (void)cudaGetLastError();  // a failed allocation is not an error of this engine
-    for (void* b : buffers) {
-      if (b != nullptr) cudaFree(b);
-    }
+    const AutotuneScratch scratch{x_bytes, w_bytes, out_nbytes_, ws_bytes};
+    const bool ok = scratch.ok() &&
+                    cudnnSetStream(ctx.cudnn, ctx.stream) == CUDNN_STATUS_SUCCESS &&
+                    time_candidates(ctx, scratch, ws_bytes, perf, returned) &&
+                    cudaStreamSynchronize(ctx.stream) == cudaSuccess;
+    (void)cudaGetLastError();
     if (!ok) {
       ET_LOG(Info,
              "Kiln engine: op %zu (conv2d): could not time algorithms here (no scratch memory?); "
@@ -299,30 +287,25 @@ class Conv2dStep final : public Step {
   }
 
   // Every usable candidate of the heuristic's list, timed the way the engine runs it: one call
-  // captured into a CUDA graph, the graph launched once to warm up and then kTimedRuns times
+  // captured into a CUDA graph, the graph launched once to warm up and then kAutotuneRuns times
   // between two events; perf[k].time becomes the mean, and the list is sorted by it. (Timing
   // eager calls instead ranks by cuDNN's host-side launch cost, which graph replay removes, and
   // picks slower kernels.) A candidate that cannot be captured is not usable: the engine's runs
   // are graph replays.
-  bool time_candidates(const InitContext& ctx, void* const* buffers, size_t ws_bytes,
+  bool time_candidates(const InitContext& ctx, const AutotuneScratch& scratch, size_t ws_bytes,
                        cudnnConvolutionFwdAlgoPerf_t* perf, int* returned) {
-    constexpr int kTimedRuns = 20;
     if (cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, x_desc_.get(), w_desc_.get(),
                                                conv_desc_.get(), y_desc_.get(),
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, returned,
                                                perf) != CUDNN_STATUS_SUCCESS) {
       return false;
     }
-    cudaEvent_t start = nullptr, end = nullptr;
-    if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
-      if (start != nullptr) cudaEventDestroy(start);
-      return false;
-    }
     const float alpha = 1.0f, beta = 0.0f;
     auto run = [&](cudnnConvolutionFwdAlgo_t algo, size_t bytes) {
-      return cudnnConvolutionForward(ctx.cudnn, &alpha, x_desc_.get(), buffers[0], w_desc_.get(),
-                                     buffers[1], conv_desc_.get(), algo, buffers[3], bytes, &beta,
-                                     y_desc_.get(), buffers[2]) == CUDNN_STATUS_SUCCESS;
+      return cudnnConvolutionForward(ctx.cudnn, &alpha, x_desc_.get(), scratch.buffer(0),
+                                     w_desc_.get(), scratch.buffer(1), conv_desc_.get(), algo,
+                                     scratch.buffer(3), bytes, &beta, y_desc_.get(),
+                                     scratch.buffer(2)) == CUDNN_STATUS_SUCCESS;
     };
     const cudnnMathType_t math = strict_fp32_ ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
     constexpr int kMaxTimed = 4;  // the heuristic's first few: the rest can take milliseconds each
@@ -339,14 +322,11 @@ class Conv2dStep final : public Step {
                                                   conv_desc_.get(), y_desc_.get(), p.algo,
                                                   &bytes) == CUDNN_STATUS_SUCCESS &&
           bytes <= ws_bytes) {
-        ms = time_graph_replays(ctx.stream, start, end, kTimedRuns,
+        ms = time_graph_replays(ctx.stream, scratch.start, scratch.end, kAutotuneRuns,
                                 [&] { return run(p.algo, bytes); });
       }
       (void)cudaGetLastError();
-      // The heuristic's own first choice keeps its place unless another is kAutotuneMargin
-      // times faster: a kernel timed alone on hot caches is a rough guide to its time inside
-      // the whole graph, and small differences measured this way did not hold up end to end.
-      if (ms >= 0.0f && timed == 0) ms /= kAutotuneMargin;
+      if (ms >= 0.0f && timed == 0) ms /= kAutotuneMargin;  // the heuristic's own first choice
       p.time = ms;
       if (ms < 0.0f) p.status = CUDNN_STATUS_NOT_SUPPORTED;
       if (ms >= 0.0f && ++timed == kMaxTimed) {
@@ -354,8 +334,6 @@ class Conv2dStep final : public Step {
         break;
       }
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(end);
     std::stable_sort(perf, perf + *returned, [](const auto& a, const auto& b) {
       const bool a_ok = a.status == CUDNN_STATUS_SUCCESS, b_ok = b.status == CUDNN_STATUS_SUCCESS;
       return a_ok != b_ok ? a_ok : a_ok && a.time < b.time;

@@ -258,13 +258,11 @@ class MatmulStep final : public Step {
   }
 
   // KILN_AUTOTUNE=1: up to kCandidates of the heuristic's algorithms, each captured into a CUDA
-  // graph and timed over kTimedRuns replays on scratch buffers of this op's sizes (as the engine
+  // graph and timed over kAutotuneRuns replays on scratch buffers of this op's sizes (as the engine
   // runs it); the fastest wins when it beats the heuristic's first by kAutotuneMargin. False
   // (nothing logged as an error) when the scratch memory is not there or nothing could be timed.
   bool tune(const InitContext& ctx) {
     constexpr int kCandidates = 8;
-    constexpr float kAutotuneMargin = 1.25f;
-    constexpr int kTimedRuns = 20;
     cublasLtMatmulPreference_t raw = nullptr;
     if (cublasLtMatmulPreferenceCreate(&raw) != CUBLAS_STATUS_SUCCESS) return false;
     Preference preference(raw);
@@ -287,44 +285,32 @@ class MatmulStep final : public Step {
         static_cast<size_t>(a_.batch * a_.m * a_.n) * out_elem,
         lt_bias_ ? static_cast<size_t>(a_.n) * element_size(bias_dtype_) : 0,
         kMatmulWorkspaceBytes};
-    void* buffers[5] = {};
-    bool ok = true;
-    for (int i = 0; i < 5 && ok; ++i) {
-      ok = sizes[i] == 0 || (cudaMalloc(&buffers[i], sizes[i]) == cudaSuccess &&
-                             cudaMemset(buffers[i], 0, sizes[i]) == cudaSuccess);
-    }
-    cudaEvent_t start = nullptr, end = nullptr;
-    ok = ok && cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess;
+    const AutotuneScratch scratch{sizes[0], sizes[1], sizes[2], sizes[3], sizes[4]};
+    bool ok = scratch.ok();
     if (ok && lt_bias_) {
-      ok = set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &buffers[3], sizeof(void*)) == Error::Ok;
+      void* bias = scratch.buffer(3);
+      ok = set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) == Error::Ok;
     }
     const float alpha = static_cast<float>(a_.alpha), beta = 0.0f;
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-      return cublasLtMatmul(lt_, desc_.get(), &alpha, buffers[1], layout_a_.get(), buffers[0],
-                            layout_b_.get(), &beta, buffers[2], layout_d_.get(), buffers[2],
-                            layout_d_.get(), &algo, buffers[4], kMatmulWorkspaceBytes,
+      return cublasLtMatmul(lt_, desc_.get(), &alpha, scratch.buffer(1), layout_a_.get(),
+                            scratch.buffer(0), layout_b_.get(), &beta, scratch.buffer(2),
+                            layout_d_.get(), scratch.buffer(2), layout_d_.get(), &algo,
+                            scratch.buffer(4), kMatmulWorkspaceBytes,
                             ctx.stream) == CUBLAS_STATUS_SUCCESS;
     };
     float best = -1.0f;
     for (int k = 0; ok && k < found; ++k) {
       if (results[k].state != CUBLAS_STATUS_SUCCESS) continue;
-      float ms = time_graph_replays(ctx.stream, start, end, kTimedRuns,
+      float ms = time_graph_replays(ctx.stream, scratch.start, scratch.end, kAutotuneRuns,
                                     [&] { return run(results[k].algo); });
       if (ms < 0.0f) continue;
-      // The heuristic's own first choice keeps its place unless another is kAutotuneMargin times
-      // faster: an op timed alone on hot caches is a rough guide to its time inside the graph.
-      if (best < 0.0f) ms /= kAutotuneMargin;
+      if (best < 0.0f) ms /= kAutotuneMargin;  // the heuristic's own first choice
       if (best < 0.0f || ms < best) {
         best = ms;
         algo_ = results[k].algo;
       }
     }
-    if (start != nullptr) cudaEventDestroy(start);
-    if (end != nullptr) cudaEventDestroy(end);
-    for (void* b : buffers) {
-      if (b != nullptr) cudaFree(b);
-    }
-    (void)cudaGetLastError();
     return best >= 0.0f;
   }
 
