@@ -56,6 +56,12 @@ constexpr bool kUseCudaGraphs = true;
 // thread's call invalidating it) run eagerly; after this many in a row the engine stops trying.
 constexpr int kMaxCaptureFailures = 3;
 
+// KILN_AUTOTUNE=1: time the library ops' candidate algorithms at init (kernels/autotune.cuh).
+bool autotune_enabled() {
+  const char* env = std::getenv("KILN_AUTOTUNE");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
 // The algorithm cache's device key: what an algorithm choice depends on besides the blob (the
 // device model and the cuDNN, cuBLASLt and blob format versions).
 std::string algo_cache_key(int device) {
@@ -196,8 +202,8 @@ struct DeviceState {
 // read), which the single stream's order preserves.
 class CudaEngine final : public Engine {
  public:
-  CudaEngine(Graph graph, int device, Hash128 graph_hash)
-      : graph_(std::move(graph)), device_(device), graph_hash_(graph_hash) {}
+  CudaEngine(Graph graph, int device, bool autotune, Hash128 graph_hash)
+      : graph_(std::move(graph)), device_(device), autotune_(autotune), graph_hash_(graph_hash) {}
 
   ~CudaEngine() override {
     if (state_ == nullptr) {
@@ -256,7 +262,8 @@ class CudaEngine final : public Engine {
 
   Graph graph_;
   int device_;
-  Hash128 graph_hash_;  // of the blob without its weights: the algorithm cache's key
+  bool autotune_;       // KILN_AUTOTUNE=1 when the engine was created
+  Hash128 graph_hash_;  // of the blob without its weights: the algorithm cache's key (autotune_)
   int max_blocks_ = 0;
   bool has_range_checks_ = false;  // embedding or index_put: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;
@@ -349,13 +356,11 @@ Error CudaEngine::init() {
 
   size_t workspace = 0;
   s->steps.reserve(graph_.ops.size());
-  const char* autotune_env = std::getenv("KILN_AUTOTUNE");
-  const bool autotune = autotune_env != nullptr && std::strcmp(autotune_env, "1") == 0;
-  AlgoCache algos = autotune && (s->cudnn != nullptr || s->lt != nullptr)
+  AlgoCache algos = autotune_ && (s->cudnn != nullptr || s->lt != nullptr)
                         ? AlgoCache(AlgoCache::default_dir(), algo_cache_key(device_), graph_hash_)
                         : AlgoCache();
   for (size_t i = 0; i < graph_.ops.size(); ++i) {
-    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune, algos,
+    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune_, algos,
                           s->stream.get()};
     std::unique_ptr<Step> step;
     KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));
@@ -832,13 +837,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, 
   if (!graph.ok()) {
     return graph.error();
   }
-  // The graph sections only: the algorithms depend on shapes and types, not on weight values.
-  blob::Header header{};
-  std::memcpy(&header, blob, sizeof(header));  // read_blob has checked it
-  const size_t graph_bytes =
-      (header.flags & blob::kFlagExternalWeights) != 0 ? nbytes : header.weights_offset;
-  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index,
-                                             content_hash(blob, graph_bytes));
+  // The algorithm cache's key, needed only when autotuning: a hash of the graph sections (the
+  // algorithms depend on shapes and types, not on weight values).
+  const bool autotune = autotune_enabled();
+  Hash128 graph_hash;
+  if (autotune) {
+    blob::Header header{};
+    std::memcpy(&header, blob, sizeof(header));  // read_blob has checked it
+    graph_hash = content_hash(
+        blob, (header.flags & blob::kFlagExternalWeights) != 0 ? nbytes : header.weights_offset);
+  }
+  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index, autotune,
+                                             graph_hash);
   KILN_TRY(engine->init());
   return std::unique_ptr<Engine>(std::move(engine));
 }
