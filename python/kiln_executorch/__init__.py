@@ -23,19 +23,24 @@ _LIBRARY_NAME = "libkiln_executorch_backend.so"
 _library: ctypes.CDLL | None = None
 
 
+def _native_library(name: str, override_env: str, source_build: Path) -> Path:
+    """One of Kiln's native libraries: `override_env` when set, else inside the package (installed
+    wheel), else `source_build` when it exists (a source checkout), else the packaged path (whose
+    absence the caller reports)."""
+    override = os.environ.get(override_env)
+    if override:
+        return Path(override)
+    packaged = _PACKAGE / "lib" / name
+    if packaged.exists() or not source_build.exists():
+        return packaged
+    return source_build
+
+
 def library_path() -> Path:
     """Where the backend library is: inside the package (installed wheel), or, when running from a
     source checkout, the build tree (KILN_BACKEND_LIBRARY overrides both)."""
-    override = os.environ.get("KILN_BACKEND_LIBRARY")
-    if override:
-        return Path(override)
-    packaged = _PACKAGE / "lib" / _LIBRARY_NAME
-    if packaged.exists():
-        return packaged
-    source_build = _PACKAGE.parents[1] / "build" / "runtime" / "backend" / _LIBRARY_NAME
-    if source_build.exists():
-        return source_build
-    return packaged
+    return _native_library(_LIBRARY_NAME, "KILN_BACKEND_LIBRARY",
+                           _PACKAGE.parents[1] / "build" / "runtime" / "backend" / _LIBRARY_NAME)
 
 
 def _executorch_version() -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from .. import _native_library
 from . import blob_format as bf
 from .ir import Graph
 
@@ -56,17 +57,8 @@ class KilnBuilderError(RuntimeError):
 def library_path() -> Path:
     """KILN_BUILDER_LIBRARY, else the package's lib/ (installed wheel), else the source build tree
     (KILN_BUILD_DIR, default <repo>/build)."""
-    override = os.environ.get("KILN_BUILDER_LIBRARY")
-    if override:
-        return Path(override)
-    packaged = _PACKAGE / "lib" / LIBRARY_NAME
-    if packaged.exists():
-        return packaged
     build = Path(os.environ.get("KILN_BUILD_DIR") or _PACKAGE.parents[1] / "build")
-    source_build = build / "builder" / LIBRARY_NAME
-    if source_build.exists():
-        return source_build
-    return packaged
+    return _native_library(LIBRARY_NAME, "KILN_BUILDER_LIBRARY", build / "builder" / LIBRARY_NAME)
 
 
 _lib = None
