@@ -86,7 +86,7 @@ const std::map<uint32_t, std::vector<FieldSpec>>& layouts() {
         {'n', "trans_a", nullptr}, {'n', "trans_b", nullptr}, {'n', "a_batch_stride", nullptr},
         {'n', "b_batch_stride", nullptr}, {'n', "bias_row_stride", nullptr},
         {'n', "bias_col_stride", nullptr}, {'f', "alpha", nullptr}, {'f', "beta", nullptr},
-        {'n', "epilogue", nullptr}}},
+        {'n', "epilogue", nullptr}, {'t', "residual", nullptr}}},
       {uint32_t(O::kSoftmax),
        {{'t', "x", nullptr}, {'t', "out", nullptr}, {'n', "outer", nullptr},
         {'n', "dim", nullptr}, {'n', "inner", nullptr}, {'n', "is_log", nullptr}}},

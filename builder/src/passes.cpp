@@ -45,9 +45,68 @@ void eliminate_dead_ops(Graph& g) {
   g.ops = std::move(live);
 }
 
+namespace {
+
+// Whether `strides` address `sizes` row-major without gaps or broadcast (a size-1 dimension's
+// stride never matters).
+bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// A kMatmul whose result only an add reads (y = mm + r, r of the same shape and dtype) takes r as
+// its residual: cuBLASLt adds it as C with beta 1. The fused op moves to the add's place, where r
+// exists; that is safe unless an op in between writes something the matmul reads (state).
+void fuse_matmul_residuals(Graph& g, const std::unordered_set<int64_t>& output_roots) {
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    Op& mm = g.ops[i];
+    if (mm.opcode != blob::Opcode::kMatmul || mm.at("epilogue") != int64_t(blob::Epilogue::kNone) ||
+        mm.at("residual") != kNoTensor) {
+      continue;
+    }
+    const int64_t root = g.root(mm.out());
+    auto rs = readers(g, root);
+    if (output_roots.count(root) || rs.size() != 1) continue;
+    const Op* add = rs[0];
+    if (add->opcode != blob::Opcode::kBinary || add->at("kind") != int64_t(blob::BinaryKind::kAdd) ||
+        add->real("alpha") != 1.0 || add->at("b") == kNoTensor) {
+      continue;
+    }
+    const bool mm_is_a = g.root(add->at("a")) == root;
+    if (mm_is_a == (g.root(add->at("b")) == root)) continue;   // x + x, or not read directly
+    const int64_t residual = mm_is_a ? add->at("b") : add->at("a");
+    const Tensor& out = g.tensors[size_t(root)];
+    const Tensor& r = g.tensors[size_t(residual)];
+    const Tensor& sum = g.tensors[size_t(add->out())];
+    if (r.dtype != out.dtype || sum.dtype != out.dtype || r.numel() != out.numel() ||
+        sum.numel() != out.numel() || !dense_strides(add->list("sizes"), add->list("a_strides")) ||
+        !dense_strides(add->list("sizes"), add->list("b_strides"))) {
+      continue;
+    }
+    const size_t j = size_t(add - g.ops.data());
+    std::unordered_set<int64_t> read_roots;
+    for (int64_t t : mm.reads()) read_roots.insert(g.root(t));
+    bool clobbered = false;
+    for (size_t k = i + 1; k < j; ++k) clobbered |= read_roots.count(g.root(g.ops[k].out())) > 0;
+    if (j < i || clobbered) continue;
+    g.tensors[size_t(add->out())].alias_of = root;
+    mm.at("residual") = residual;
+    g.ops[j] = std::move(mm);
+    g.ops.erase(g.ops.begin() + std::ptrdiff_t(i));
+    --i;
+  }
+}
+
+}  // namespace
+
 void fuse_matmul_epilogues(Graph& g) {
   std::unordered_set<int64_t> output_roots;
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  fuse_matmul_residuals(g, output_roots);
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op& op = g.ops[i];
     if (op.opcode != blob::Opcode::kMatmul || op.at("epilogue") != int64_t(blob::Epilogue::kNone)) {

@@ -11,8 +11,10 @@ namespace kiln::builder {
 /// Drops ops whose result no output or state depends on.
 void eliminate_dead_ops(Graph& g);
 
-/// kMatmul followed by relu/gelu as the only reader of its result: the activation runs in the
-/// matmul's epilogue and its result becomes a view of the matmul's.
+/// kMatmul whose result only an add of a same-shaped tensor reads: that tensor becomes the
+/// matmul's residual (the add's result a view of the matmul's). Then kMatmul followed by
+/// relu/gelu as the only reader of its result: the activation runs in the matmul's epilogue and
+/// its result becomes a view of the matmul's.
 void fuse_matmul_epilogues(Graph& g);
 
 /// fp16/bf16: float32 tensors other than the delegate's inputs become the low dtype (weights and

@@ -1,4 +1,4 @@
-// The Kiln engine blob, format version 1: what the AOT builder writes into the .pte and what
+// The Kiln engine blob, format version 2: what the AOT builder writes into the .pte and what
 // KilnBackend::init reads. This header is the single definition of the format; the C++ builder
 // (builder/) writes it from here, the Python mirror (python/kiln_executorch/aot/blob_format.py)
 // repeats these numbers for the IR interchange and the test reader, and a test checks that the two
@@ -36,7 +36,7 @@
 namespace kiln::engine::blob {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 2: kMatmul's residual operand
 inline constexpr uint32_t kHeaderSize = 128;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kWeightAlignment = 64;
@@ -131,14 +131,17 @@ enum class Opcode : uint32_t {
   // [t cond, t a, t b, t out, n rank, [rank] sizes, [rank] cond_strides, [rank] a_strides,
   //  [rank] b_strides]
   kWhere = 4,
-  // out[g] = alpha * op(A[g]) @ op(B[g]) + beta * bias, then the epilogue, for g in [0, batch).
+  // out[g] = epilogue(alpha * op(A[g]) @ op(B[g]) + beta * bias + residual[g]) for g in [0, batch).
   // A[g] is the M x K (K x M when trans_a) row-major matrix at a + g * a_batch_stride; B[g] the
   // K x N (N x K when trans_b) matrix at b + g * b_batch_stride (a batch stride of 0 broadcasts);
   // out is [batch, M, N] contiguous. bias == -1: none; otherwise a tensor broadcast to [M, N] with
   // strides (bias_row_stride, bias_col_stride) (e.g. (0, 1) for a per-column bias vector).
+  // residual == -1: none; otherwise a contiguous tensor of out's dtype and numel (a residual
+  // connection added before the activation, in fp32, so the sum is rounded once).
   // Accumulation is fp32 at every precision.
   // [t a, t b, t bias, t out, n batch, n M, n N, n K, n trans_a, n trans_b, n a_batch_stride,
-  //  n b_batch_stride, n bias_row_stride, n bias_col_stride, f alpha, f beta, n epilogue(Epilogue)]
+  //  n b_batch_stride, n bias_row_stride, n bias_col_stride, f alpha, f beta, n epilogue(Epilogue),
+  //  t residual]
   kMatmul = 5,
   // Softmax (log_softmax when is_log) over the middle axis of x viewed as [outer, dim, inner].
   // [t x, t out, n outer, n dim, n inner, n is_log]

@@ -72,6 +72,7 @@ struct MatmulArgs {
   int64_t bias_row_stride, bias_col_stride;
   double alpha, beta;
   blob::Epilogue epilogue;
+  int64_t residual;  // kNoTensor, or out's dtype and numel, added before the epilogue
 };
 
 struct SoftmaxArgs {

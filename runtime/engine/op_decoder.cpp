@@ -405,7 +405,7 @@ WhereArgs decode_where(OpDecoder& d) {
 
 MatmulArgs decode_matmul(OpDecoder& d) {
   MatmulArgs a{};
-  if (!d.expect_count(17, "")) {
+  if (!d.expect_count(18, "")) {
     return a;
   }
   a.a = d.input(0, "a");
@@ -425,6 +425,7 @@ MatmulArgs decode_matmul(OpDecoder& d) {
   a.alpha = d.real(14);
   a.beta = d.real(15);
   a.epilogue = d.kind<blob::Epilogue>(16, "epilogue", "Epilogue", 4);
+  a.residual = d.optional_input(17, "residual");
   if (!d.ok()) {
     return a;
   }
@@ -445,7 +446,12 @@ MatmulArgs decode_matmul(OpDecoder& d) {
   const int64_t b_sizes[2] = {a.batch, b_matrix};
   const int64_t b_strides[2] = {a.b_batch_stride, one};
   d.check_extent("b", a.b, 2, b_sizes, 0, b_strides);
-  d.require_numel(a.out, "out", d.product("batch * M * N", {a.batch, a.m, a.n}), "batch * M * N");
+  const int64_t out_numel = d.product("batch * M * N", {a.batch, a.m, a.n});
+  d.require_numel(a.out, "out", out_numel, "batch * M * N");
+  if (a.residual != kNoTensor) {
+    d.require_same_dtype(a.residual, "residual", a.out, "out");
+    d.require_numel(a.residual, "residual", out_numel, "batch * M * N");
+  }
   if (a.bias != kNoTensor) {
     const int64_t bias_sizes[3] = {a.batch, a.m, a.n};
     const int64_t bias_strides[3] = {0, a.bias_row_stride, a.bias_col_stride};

@@ -256,6 +256,77 @@ TEST(Precision, Bf16GraphCastsAtTheEdgesAndConvertsWeights) {
   EXPECT_EQ(g.ops[1].at("a"), g.ops[0].out());                    // mul reads the cast input
 }
 
+// x [2,3] @ w [3,2] + r, then relu: the add becomes the matmul's residual and the relu its
+// epilogue. r is made after the matmul, so the fused op moves to where the add was.
+Graph residual_graph(Op (*make_add)(int64_t mm, int64_t r, int64_t sum)) {
+  Graph g;
+  int64_t x = input(g, {2, 3}, 0);
+  int64_t y = input(g, {2, 2}, 1);
+  int64_t w = weight(g, {1, 2, 3, 4, 5, 6}, {3, 2});
+  int64_t mm = g.add_tensor(blob::DType::kFloat32, {2, 2}, "mm");
+  int64_t r = g.add_tensor(blob::DType::kFloat32, {2, 2}, "r");
+  int64_t sum = g.add_tensor(blob::DType::kFloat32, {1, 2, 2}, "sum");
+  int64_t act = g.add_tensor(blob::DType::kFloat32, {1, 2, 2}, "act");
+  g.ops.push_back(make_op(blob::Opcode::kMatmul,
+                          {{x}, {w}, {kNoTensor}, {mm}, {1}, {2}, {2}, {3}, {0}, {0}, {0}, {0},
+                           {0}, {0}, {double_bits(1.0)}, {double_bits(0.0)}, {0}, {kNoTensor}}));
+  g.ops.push_back(unary(U::kExp, y, r));
+  g.ops.push_back(make_add(mm, r, sum));
+  g.ops.push_back(unary(U::kRelu, sum, act));
+  g.outputs = {act};
+  return g;
+}
+
+TEST(Passes, MatmulResidualThenActivation) {
+  for (bool mm_first : {true, false}) {
+    Graph g = residual_graph(mm_first ? +[](int64_t mm, int64_t r, int64_t sum) {
+      return binary(K::kAdd, mm, r, sum, 4);
+    } : +[](int64_t mm, int64_t r, int64_t sum) { return binary(K::kAdd, r, mm, sum, 4); });
+    fuse_matmul_epilogues(g);
+    ASSERT_EQ(g.ops.size(), 2u) << mm_first;
+    EXPECT_EQ(g.ops[0].opcode, blob::Opcode::kUnary);            // r first
+    ASSERT_EQ(g.ops[1].opcode, blob::Opcode::kMatmul);
+    EXPECT_EQ(g.ops[1].at("residual"), g.ops[0].out());
+    EXPECT_EQ(g.ops[1].at("epilogue"), int64_t(blob::Epilogue::kRelu));
+    EXPECT_EQ(g.root(g.outputs[0]), g.ops[1].out());
+    bind_outputs(g);
+    compact(g);
+    plan_memory(g);
+    std::vector<uint8_t> bytes = write_blob(g);
+    std::string why;
+    EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+  }
+}
+
+TEST(Passes, MatmulResidualNeedsAPlainAddOfTheSameShape) {
+  const std::pair<const char*, Op (*)(int64_t, int64_t, int64_t)> cases[] = {
+      {"alpha 2", [](int64_t mm, int64_t r, int64_t sum) {
+         Op op = binary(K::kAdd, mm, r, sum, 4);
+         op.at("alpha") = double_bits(2.0);
+         return op;
+       }},
+      {"a broadcast row", [](int64_t mm, int64_t r, int64_t sum) {
+         Op op = make_op(blob::Opcode::kBinary,
+                         {{int64_t(K::kAdd)}, {mm}, {r}, {sum}, {double_bits(1.0)},
+                          {double_bits(0.0)}, {2}, {2, 2}, {2, 1}, {0, 1}});
+         return op;
+       }},
+      {"a subtraction", [](int64_t mm, int64_t r, int64_t sum) {
+         return binary(K::kSub, mm, r, sum, 4);
+       }},
+      {"mm + mm", [](int64_t mm, int64_t, int64_t sum) {
+         return binary(K::kAdd, mm, mm, sum, 4);
+       }},
+  };
+  for (const auto& [what, make_add] : cases) {
+    Graph g = residual_graph(make_add);
+    fuse_matmul_epilogues(g);
+    ASSERT_EQ(g.ops.size(), 4u) << what;
+    EXPECT_EQ(g.ops[0].at("residual"), kNoTensor) << what;
+    EXPECT_EQ(g.ops[0].at("epilogue"), int64_t(blob::Epilogue::kNone)) << what;
+  }
+}
+
 TEST(Passes, MatmulEpilogueAndDeadOps) {
   Graph g;
   int64_t x = input(g, {2, 3}, 0);
@@ -266,7 +337,7 @@ TEST(Passes, MatmulEpilogueAndDeadOps) {
   g.ops.push_back(unary(U::kExp, x, dead));
   g.ops.push_back(make_op(blob::Opcode::kMatmul,
                           {{x}, {w}, {kNoTensor}, {mm}, {1}, {2}, {2}, {3}, {0}, {0}, {0}, {0},
-                           {0}, {0}, {double_bits(1.0)}, {double_bits(0.0)}, {0}}));
+                           {0}, {0}, {double_bits(1.0)}, {double_bits(0.0)}, {0}, {kNoTensor}}));
   g.ops.push_back(unary(U::kGeluTanh, mm, act));
   g.outputs = {act};
   eliminate_dead_ops(g);

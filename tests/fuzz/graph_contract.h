@@ -187,7 +187,7 @@ inline std::vector<int64_t> reads(const CopyArgs& a) { return {a.x}; }
 inline std::vector<int64_t> reads(const BinaryArgs& a) { return {a.a, a.b}; }
 inline std::vector<int64_t> reads(const UnaryArgs& a) { return {a.x}; }
 inline std::vector<int64_t> reads(const WhereArgs& a) { return {a.cond, a.a, a.b}; }
-inline std::vector<int64_t> reads(const MatmulArgs& a) { return {a.a, a.b, a.bias}; }
+inline std::vector<int64_t> reads(const MatmulArgs& a) { return {a.a, a.b, a.bias, a.residual}; }
 inline std::vector<int64_t> reads(const SoftmaxArgs& a) { return {a.x}; }
 inline std::vector<int64_t> reads(const LayerNormArgs& a) { return {a.x, a.weight, a.bias}; }
 inline std::vector<int64_t> reads(const ReduceArgs& a) { return {a.x}; }
@@ -368,6 +368,9 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
         const int64_t s[3] = {a->batch, a->m, a->n};
         const int64_t st[3] = {0, a->bias_row_stride, a->bias_col_stride};
         c.extent(a->bias, 3, s, 0, st, "matmul reads bias out of range");
+      }
+      if (c.id(a->residual, true) && a->residual != kNoTensor) {
+        c.numel(a->residual, product({a->batch, a->m, a->n}), "matmul residual numel");
       }
     } else if (const auto* a = std::get_if<SoftmaxArgs>(&op.args)) {
       c.numel(a->x, product({a->outer, a->dim, a->inner}), "softmax x numel");

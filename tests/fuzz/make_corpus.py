@@ -230,7 +230,7 @@ def handmade_valid() -> dict[str, bytes]:
     out = _io(g, f32, (2, 3, 5), OUT, 0)
     g.add_op(bf.Opcode.MATMUL, a=a, b=wt, bias=bias, out=out, batch=2, M=3, N=5, K=4, trans_a=0,
              trans_b=1, a_batch_stride=12, b_batch_stride=0, bias_row_stride=0,
-             bias_col_stride=1, alpha=1.0, beta=1.0, epilogue=bf.Epilogue.GELU_TANH)
+             bias_col_stride=1, alpha=1.0, beta=1.0, epilogue=bf.Epilogue.GELU_TANH, residual=-1)
     blobs["matmul_trans_b_bias_epilogue"] = _plan(g)
 
     g = Graph()

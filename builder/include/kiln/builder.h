@@ -21,7 +21,7 @@
  * Threading: the functions keep no state between calls; concurrent calls are safe.
  *
  * -------------------------------------------------------------------------------------------------
- * The IR interchange format ("KILNIR", version 1). All integers little-endian; the sections follow
+ * The IR interchange format ("KILNIR", version 2). All integers little-endian; the sections follow
  * each other without padding, in this order:
  *
  *   Header (64 bytes)
@@ -58,7 +58,8 @@
  *   data       the contents of every tensor with data_size > 0, concatenated in tensor order,
  *              raw little-endian elements of its dtype, row-major
  *
- * A change to this layout bumps KILN_IR_VERSION; the builder rejects any other version.
+ * A change to this layout, or to an operand layout of blob_format.h (version 2: kMatmul's
+ * residual), bumps KILN_IR_VERSION; the builder rejects any other version.
  */
 #ifndef KILN_BUILDER_H_
 #define KILN_BUILDER_H_
@@ -71,7 +72,7 @@ extern "C" {
 #endif
 
 #define KILN_IR_MAGIC "KILNIR\0\0"
-#define KILN_IR_VERSION 1u
+#define KILN_IR_VERSION 2u
 #define KILN_IR_HEADER_SIZE 64u
 #define KILN_IR_TENSOR_ENTRY_SIZE 104u
 #define KILN_IR_OP_ENTRY_SIZE 8u

@@ -13,7 +13,7 @@ from enum import IntEnum
 import torch
 
 MAGIC = b"KILNBLOB"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 HEADER_SIZE = 128
 MAX_RANK = 8
 WEIGHT_ALIGNMENT = 64
@@ -194,7 +194,8 @@ OPERAND_LAYOUTS = {
                    "[rank] a_strides", "[rank] b_strides"),
     Opcode.MATMUL: ("t a", "t b", "t bias", "t out", "n batch", "n M", "n N", "n K", "n trans_a",
                     "n trans_b", "n a_batch_stride", "n b_batch_stride", "n bias_row_stride",
-                    "n bias_col_stride", "f alpha", "f beta", "n epilogue(Epilogue)"),
+                    "n bias_col_stride", "f alpha", "f beta", "n epilogue(Epilogue)",
+                    "t residual"),
     Opcode.SOFTMAX: ("t x", "t out", "n outer", "n dim", "n inner", "n is_log"),
     Opcode.LAYER_NORM: ("t x", "t weight", "t bias", "t out", "n rows", "n cols", "f eps"),
     Opcode.REDUCE: ("n kind(ReduceKind)", "t x", "t out", "n outer", "n reduce", "n inner"),

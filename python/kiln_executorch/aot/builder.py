@@ -28,7 +28,7 @@ LIBRARY_NAME = "libkiln_builder.so"
 API_VERSION = 1
 
 IR_MAGIC = b"KILNIR\0\0"
-IR_VERSION = 1
+IR_VERSION = 2
 IR_HEADER = struct.Struct("<8sIIIIIIIIQQQ")
 IR_TENSOR = struct.Struct(f"<II{bf.MAX_RANK}qIiQQII")
 IR_OP = struct.Struct("<II")

@@ -12,7 +12,8 @@ points their record at the root's storage and offset (arena offset, weight offse
 input/output binding). The format allows several records over the same bytes, all of the same
 size; an extra kCopy would cost a launch and memory traffic for nothing.
 
-Then the C++ builder (builder/, bound in builder.py) runs, in order: dead-op elimination; bias+activation epilogue fusion into kMatmul; precision
+Then the C++ builder (builder/, bound in builder.py) runs, in order: dead-op elimination;
+residual-add and activation epilogue fusion into kMatmul (the bias is lowered into it); precision
 conversion (fp16/bf16: floating weights and activations in the low dtype, kCopy casts at the
 delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 only sets the
 header); elementwise-chain fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise
@@ -380,7 +381,8 @@ class _Lowering:
         return self.g.add_op(Opcode.MATMUL, a=ta, b=tb, bias=bias, out=out, batch=batch, M=M,
                              N=N, K=K, trans_a=trans_a, trans_b=trans_b, a_batch_stride=a_batch,
                              b_batch_stride=b_batch, bias_row_stride=row, bias_col_stride=col,
-                             alpha=float(alpha), beta=float(beta), epilogue=Epilogue.NONE)
+                             alpha=float(alpha), beta=float(beta), epilogue=Epilogue.NONE,
+                             residual=-1)
 
     def reduce(self, node, kind, dims):
         """Reduces `dims` (None or empty: all) of args[0]; one kReduce per run of adjacent dims."""

@@ -316,7 +316,8 @@ class _Machine:
         return m.reshape(cols, rows).t() if transposed else m.reshape(rows, cols)
 
     def _matmul(self, a, b, bias, out, batch, M, N, K, trans_a, trans_b, a_batch_stride,
-                b_batch_stride, bias_row_stride, bias_col_stride, alpha, beta, epilogue):
+                b_batch_stride, bias_row_stride, bias_col_stride, alpha, beta, epilogue,
+                residual):
         results = []
         for g in range(batch):
             y = alpha * (self._matrix(a, g, a_batch_stride, M, K, trans_a) @
@@ -326,6 +327,8 @@ class _Machine:
                     [M, N], [bias_row_stride, bias_col_stride])).to(self.fp).reshape(M, N)
             results.append(y)
         y = torch.stack(results) if results else torch.empty(0, dtype=self.fp)
+        if residual >= 0:
+            y = y + self.read(residual).to(self.fp).reshape(y.shape)
         epilogue = Epilogue(epilogue)
         if epilogue == Epilogue.RELU:
             y = torch.relu(y)

@@ -84,7 +84,7 @@ class MatmulStep final : public Step {
                         (a_.epilogue == Epilogue::kRelu || a_.epilogue == Epilogue::kGeluTanh);
     post_act_ = lt_act ? Epilogue::kNone : a_.epilogue;
     if (a_.k == 0) {
-      return Error::Ok;  // out = 0, then the pass: no cuBLASLt call
+      return Error::Ok;  // out = 0 (or the residual), then the pass: no cuBLASLt call
     }
     if (a_.batch > INT_MAX) {
       return fail(nullptr, Error::NotSupported,
@@ -137,6 +137,7 @@ class MatmulStep final : public Step {
     align_a_ = ctx.alignment[a_.b];
     align_b_ = ctx.alignment[a_.a];
     align_d_ = ctx.alignment[a_.out];
+    align_c_ = has_residual() ? ctx.alignment[a_.residual] : align_d_;
     if (ctx.autotune) {
       if (const std::vector<int64_t>* e = ctx.algos.find(op_, "matmul")) {
         if (use_cached(*e)) {
@@ -161,18 +162,24 @@ class MatmulStep final : public Step {
       return Error::Ok;
     }
     void* out = ctx.ptr(a_.out);
+    // cuBLASLt's C: the residual added with beta 1, or out itself with beta 0.
+    const void* c = has_residual() ? ctx.ptr(a_.residual) : out;
     if (a_.k == 0) {
-      KILN_TRY(cuda_status(cudaMemsetAsync(out, 0, out_nbytes_, ctx.stream), Error::Internal,
-                           "Kiln engine: op %zu (matmul): cudaMemsetAsync failed", op_));
+      const cudaError_t e = has_residual()
+          ? cudaMemcpyAsync(out, c, out_nbytes_, cudaMemcpyDeviceToDevice, ctx.stream)
+          : cudaMemsetAsync(out, 0, out_nbytes_, ctx.stream);
+      KILN_TRY(cuda_status(e, Error::Internal, "Kiln engine: op %zu (matmul): %s failed", op_,
+                           has_residual() ? "cudaMemcpyAsync" : "cudaMemsetAsync"));
     } else {
       const void* lt_a = ctx.ptr(a_.b);
       const void* lt_b = ctx.ptr(a_.a);
       // Bound io buffers may be less aligned than the algorithm was chosen for: choose again.
       if (alignment_of(lt_a) < align_a_ || alignment_of(lt_b) < align_b_ ||
-          alignment_of(out) < align_d_) {
+          alignment_of(out) < align_d_ || alignment_of(c) < align_c_) {
         align_a_ = alignment_of(lt_a);
         align_b_ = alignment_of(lt_b);
         align_d_ = alignment_of(out);
+        align_c_ = alignment_of(c);
         KILN_TRY(choose_algorithm());
       }
       if (lt_bias_) {
@@ -180,10 +187,10 @@ class MatmulStep final : public Step {
         KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
       }
       const float alpha = static_cast<float>(a_.alpha);
-      const float beta = 0.0f;
+      const float beta = c_beta();
       const cublasStatus_t s =
           cublasLtMatmul(ctx.lt, desc_.get(), &alpha, lt_a, layout_a_.get(), lt_b, layout_b_.get(),
-                         &beta, out, layout_d_.get(), out, layout_d_.get(), &algo_, ctx.workspace,
+                         &beta, c, layout_d_.get(), out, layout_d_.get(), &algo_, ctx.workspace,
                          kMatmulWorkspaceBytes, ctx.stream);
       if (s != CUBLAS_STATUS_SUCCESS) {
         return fail(nullptr, Error::Internal,
@@ -291,7 +298,8 @@ class MatmulStep final : public Step {
       void* bias = scratch.buffer(3);
       ok = set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) == Error::Ok;
     }
-    const float alpha = static_cast<float>(a_.alpha), beta = 0.0f;
+    // With a residual, C is the scratch out itself (in place, beta 1): the same work per element.
+    const float alpha = static_cast<float>(a_.alpha), beta = c_beta();
     auto run = [&](const cublasLtMatmulAlgo_t& algo) {
       return cublasLtMatmul(lt_, desc_.get(), &alpha, scratch.buffer(1), layout_a_.get(),
                             scratch.buffer(0), layout_b_.get(), &beta, scratch.buffer(2),
@@ -323,7 +331,7 @@ class MatmulStep final : public Step {
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a_},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b_},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d_},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c_},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d_},
     };
     for (const auto& [attribute, bytes] : alignments) {
@@ -357,6 +365,9 @@ class MatmulStep final : public Step {
     return Error::Ok;
   }
 
+  bool has_residual() const { return a_.residual != kNoTensor; }
+  float c_beta() const { return has_residual() ? 1.0f : 0.0f; }
+
   MatmulArgs a_;
   cublasLtHandle_t lt_;
   DType in_dtype_, out_dtype_, bias_dtype_;
@@ -368,7 +379,7 @@ class MatmulStep final : public Step {
   Epilogue post_act_ = Epilogue::kNone;
   MatmulDesc desc_;
   Layout layout_a_, layout_b_, layout_d_;
-  uint32_t align_a_ = 16, align_b_ = 16, align_d_ = 16;
+  uint32_t align_a_ = 16, align_b_ = 16, align_c_ = 16, align_d_ = 16;
   cublasLtMatmulAlgo_t algo_{};
 };
 

@@ -29,7 +29,7 @@ def small_graph():
     cast = g.add_tensor(torch.bfloat16, (4, 5), storage=bf.Storage.OUTPUT, offset=1)
     g.add_op(bf.Opcode.MATMUL, a=x, b=w, bias=b, out=y, batch=1, M=4, N=3, K=5, trans_a=0,
              trans_b=0, a_batch_stride=0, b_batch_stride=0, bias_row_stride=0, bias_col_stride=1,
-             alpha=1.0, beta=1.0, epilogue=bf.Epilogue.RELU)
+             alpha=1.0, beta=1.0, epilogue=bf.Epilogue.RELU, residual=-1)
     g.add_op(bf.Opcode.COPY, x=x, out=cast, rank=1, sizes=[20], in_offset=0, in_strides=[1],
              out_offset=0, out_strides=[1])
     g.inputs, g.outputs = [x], [view, cast]
@@ -62,7 +62,8 @@ def test_round_trip_preserves_everything():
 def test_header_and_section_alignment():
     blob = write_blob(small_graph())
     h = header(blob)
-    assert h["magic"] == bf.MAGIC and h["format_version"] == 1 and h["header_size"] == 128
+    assert h["magic"] == bf.MAGIC and h["header_size"] == 128
+    assert h["format_version"] == bf.FORMAT_VERSION
     assert h["blob_size"] == len(blob)
     assert (h["num_tensors"], h["num_ops"], h["num_inputs"], h["num_outputs"]) == (6, 2, 1, 2)
     assert h["tensors_offset"] == 128
@@ -110,7 +111,7 @@ def corrupt(blob, field, value):
     (lambda b: b[:100], "shorter than the header"),
     (lambda b: b[:-1], "blob_size"),
     (lambda b: corrupt(b, "magic", b"KILNBLOX"), "magic"),
-    (lambda b: corrupt(b, "format_version", 2), "format_version 2"),
+    (lambda b: corrupt(b, "format_version", 1), "format_version 1"),
     (lambda b: corrupt(b, "precision", 9), "precision 9"),
     (lambda b: corrupt(b, "num_tensors", 1000), "tensors section"),
     (lambda b: corrupt(b, "weights_size", 1 << 20), "weights section"),

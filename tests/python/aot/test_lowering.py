@@ -120,6 +120,22 @@ def test_gelu_fuses_into_the_matmul_that_feeds_it():
                    for op in g.ops)
 
 
+def test_residual_adds_become_matmul_residuals():
+    """x + o(attn) and x + fc2(...): each add is the matmul's residual (cuBLASLt's C), so no add
+    of a matmul result is left; the first one reads the delegate input x in place."""
+    for precision in ("fp32", "bf16"):
+        g = fixture_graph("transformer_block", precision)
+        mms = [op.operands for op in g.ops if op.opcode == Opcode.MATMUL]
+        fused = [mm for mm in mms if mm["residual"] >= 0]
+        assert len(fused) == 2, precision
+        assert all(mm["bias"] >= 0 and mm["epilogue"] == Epilogue.NONE for mm in fused)
+        assert g.tensors[fused[0]["residual"]].storage == (
+            Storage.INPUT if precision == "fp32" else Storage.ARENA)   # bf16: the cast input
+        mm_outs = {mm["out"] for mm in mms}
+        assert not any(op.opcode == Opcode.BINARY and {op.operands["a"], op.operands["b"]} & mm_outs
+                       for op in g.ops)
+
+
 def test_views_share_storage_instead_of_copying():
     g = fixture_graph("embedding_lm")
     assert opcodes(g) == [Opcode.EMBEDDING, Opcode.MATMUL, Opcode.SOFTMAX]

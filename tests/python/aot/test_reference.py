@@ -44,7 +44,7 @@ def test_matmul_transposes_batch_strides_bias_and_epilogue():
     ta, tb, tbias = g.inputs
     g.add_op(Opcode.MATMUL, a=ta, b=tb, bias=tbias, out=g.outputs[0], batch=3, M=4, N=6, K=5,
              trans_a=1, trans_b=0, a_batch_stride=20, b_batch_stride=0, bias_row_stride=1,
-             bias_col_stride=0, alpha=0.5, beta=2.0, epilogue=Epilogue.GELU_TANH)
+             bias_col_stride=0, alpha=0.5, beta=2.0, epilogue=Epilogue.GELU_TANH, residual=-1)
     (out,) = run(g, [a, b, bias])
     expected = F.gelu(0.5 * a.transpose(1, 2) @ b + 2.0 * bias, approximate="tanh")
     torch.testing.assert_close(out, expected)

@@ -149,13 +149,14 @@ class BlobBuilder {
     int64_t bias_row_stride = 0, bias_col_stride = 1;
     double alpha = 1, beta = 1;
     blob::Epilogue epilogue = blob::Epilogue::kNone;
+    int64_t residual = -1;
   };
 
   void matmul(const Matmul& m) {
     op(blob::Opcode::kMatmul,
        {m.a, m.b, m.bias, m.out, m.batch, m.m, m.n, m.k, m.trans_a, m.trans_b, m.a_batch_stride,
         m.b_batch_stride, m.bias_row_stride, m.bias_col_stride, f(m.alpha), f(m.beta),
-        static_cast<int64_t>(m.epilogue)});
+        static_cast<int64_t>(m.epilogue), m.residual});
   }
 
   void softmax(int64_t x, int64_t out, int64_t outer, int64_t dim, int64_t inner, bool is_log) {

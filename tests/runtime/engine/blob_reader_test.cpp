@@ -198,10 +198,11 @@ TEST(BlobReader, WrongMagicIsNotABlob) {
 
 TEST(BlobReader, OtherFormatVersionIsIncompatible) {
   Bytes bytes = kitchen_sink().build();
-  patch<uint32_t>(bytes, HEADER_FIELD(format_version), 2);
-  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "format_version is 2"));
+  // A blob from the previous Kiln (version 1: kMatmul without its residual operand).
+  patch<uint32_t>(bytes, HEADER_FIELD(format_version), 1);
+  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "format_version is 1"));
   EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "re-export"));
-  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "reads format version 1"));
+  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "reads format version 2"));
   patch<uint32_t>(bytes, HEADER_FIELD(format_version), 0);
   EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "format_version is 0"));
   // A newer blob is reported as such even when its header is shorter than v1's.
@@ -565,6 +566,32 @@ TEST(BlobReader, OpShapesMustAgreeWithTheirTensors) {
     }
     EXPECT_TRUE(fails_with(b.build(), Error::InvalidProgram, c.needle))
         << "op " << c.op << " operand " << c.operand;
+  }
+}
+
+TEST(BlobReader, MatmulResidualMustMatchOut) {
+  Sink s;
+  BlobBuilder valid = kitchen_sink(&s);
+  const size_t residual = operand_at(valid, 0, 17);
+  {
+    BlobBuilder b = valid;
+    b.operands[residual] = s.t8;  // [2, 4] float32 like out: accepted
+    std::string why;
+    const Bytes bytes = b.build();
+    auto graph = read_blob(bytes.data(), bytes.size(), &why);
+    ASSERT_TRUE(graph.ok()) << why;
+    EXPECT_EQ(std::get<MatmulArgs>(graph->ops[0].args).residual, s.t8);
+  }
+  const std::pair<int64_t, const char*> bad[] = {
+      {s.t7, "residual (tensor"},           // [4, 4]: 16 elements, out has 8
+      {s.idx, "they must match"},           // Int64
+      {s.t0, "out"},                        // out itself: an op never writes what it reads
+      {int64_t(valid.tensors.size()), "residual"},
+  };
+  for (const auto& [value, needle] : bad) {
+    BlobBuilder b = valid;
+    b.operands[residual] = value;
+    EXPECT_TRUE(fails_with(b.build(), Error::InvalidProgram, needle)) << needle;
   }
 }
 

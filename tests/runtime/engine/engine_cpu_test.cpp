@@ -78,7 +78,7 @@ TEST(EngineWithoutGpu, MalformedBlobIsRejectedBeforeTheDevice) {
 
 TEST(EngineWithoutGpu, OtherFormatVersionIsIncompatible) {
   std::vector<uint8_t> bytes = small_blob();
-  const uint32_t version = 2;
+  const uint32_t version = blob::kFormatVersion + 1;
   std::memcpy(bytes.data() + offsetof(blob::Header, format_version), &version, sizeof(version));
   g_log.clear();
   auto engine = Engine::create(bytes.data(), bytes.size());

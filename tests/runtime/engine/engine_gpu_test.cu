@@ -23,6 +23,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/engine/graph.h"
@@ -887,6 +888,7 @@ struct MatmulCase {
   double alpha = 1.0, beta = 1.0;
   blob::Epilogue epilogue = blob::Epilogue::kNone;
   blob::Precision precision = blob::Precision::kFp32;
+  bool residual = false;  // an input of out's dtype and shape, added before the epilogue
 };
 
 void run_matmul(const MatmulCase& mc, const std::string& name) {
@@ -917,6 +919,11 @@ void run_matmul(const MatmulCase& mc, const std::string& name) {
                                                              : mc.n;
     m.bias_col_stride = mc.bias == MatmulCase::Bias::kRow ? 0 : 1;
   }
+  HostTensor residual{mc.out_dtype, {}, {}};
+  if (mc.residual) {
+    residual = random(mc.out_dtype, {mc.batch, mc.m, mc.n}, -1.0, 1.0);
+    m.residual = c.add_input(residual);
+  }
   m.out = c.b.output(mc.out_dtype, {mc.batch, mc.m, mc.n});
   c.b.matmul(m);
   const auto runs = run_three_ways(c.b, c.inputs);
@@ -935,6 +942,7 @@ void run_matmul(const MatmulCase& mc, const std::string& name) {
         if (mc.bias != MatmulCase::Bias::kNone) {
           v += mc.beta * bias.v[i * m.bias_row_stride + j * m.bias_col_stride];
         }
+        if (mc.residual) v += residual.v[(g * mc.m + i) * mc.n + j];
         v = mc.epilogue == blob::Epilogue::kNone ? v
             : mc.epilogue == blob::Epilogue::kRelu
                 ? std::max(v, 0.0)
@@ -995,6 +1003,31 @@ TEST_F(EngineGpu, MatmulBiasAndEpilogues) {
   run_matmul(scaled_column, "column bias with beta 2 (separate pass)");
 }
 
+// The residual is cuBLASLt's C (beta 1) whatever else the op does: bias in cuBLASLt's epilogue or
+// in the pass after it, activation in either, batched, bf16, K = 0 (out is the residual).
+TEST_F(EngineGpu, MatmulResidualIsAddedBeforeTheEpilogue) {
+  using Bias = MatmulCase::Bias;
+  const std::tuple<Bias, double, blob::Epilogue, const char*> cases[] = {
+      {Bias::kNone, 1.0, blob::Epilogue::kNone, "plain"},
+      {Bias::kColumn, 1.0, blob::Epilogue::kRelu, "column bias relu (all in cuBLASLt)"},
+      {Bias::kColumn, 1.0, blob::Epilogue::kGeluTanh, "column bias gelu tanh"},
+      {Bias::kFull, 0.5, blob::Epilogue::kGeluErf, "full bias gelu erf (pass after)"},
+      {Bias::kRow, 1.0, blob::Epilogue::kNone, "row bias (pass after)"},
+  };
+  for (const auto& [bias, beta, epilogue, what] : cases) {
+    MatmulCase mc;
+    mc.batch = 2, mc.m = 12, mc.n = 20, mc.k = 16, mc.trans_b = true;
+    mc.bias = bias, mc.beta = beta, mc.epilogue = epilogue, mc.residual = true;
+    run_matmul(mc, std::string("f32 residual, ") + what);
+    mc.dtype = mc.out_dtype = DType::kBFloat16;
+    run_matmul(mc, std::string("bf16 residual, ") + what);
+  }
+  MatmulCase empty;
+  empty.m = 3, empty.n = 5, empty.k = 0, empty.bias = Bias::kColumn, empty.residual = true;
+  empty.epilogue = blob::Epilogue::kRelu;
+  run_matmul(empty, "K = 0: relu(bias + residual)");
+}
+
 // KILN_AUTOTUNE=1: the timed algorithm choices (fresh, then from the cache) compute right too,
 // batched, transposed, with the bias in cuBLASLt's epilogue, in fp32 and bf16.
 TEST_F(EngineGpu, MatmulAutotunedChoicesAreCorrect) {
@@ -1009,10 +1042,12 @@ TEST_F(EngineGpu, MatmulAutotunedChoicesAreCorrect) {
     run_matmul(mc, "f32 batched, bias relu, pass " + std::to_string(pass));
     mc.dtype = mc.out_dtype = DType::kBFloat16;
     run_matmul(mc, "bf16 batched, bias relu, pass " + std::to_string(pass));
+    mc.residual = true;
+    run_matmul(mc, "bf16 batched, bias residual relu, pass " + std::to_string(pass));
   }
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
-  EXPECT_EQ(files, 2u);  // one per blob
+  EXPECT_EQ(files, 3u);  // one per blob
   std::filesystem::remove_all(dir);
   unsetenv("KILN_AUTOTUNE");
   unsetenv("KILN_CACHE_DIR");
