@@ -72,8 +72,9 @@ void fuse_matmul_residuals(Graph& g, const std::unordered_set<int64_t>& output_r
     auto rs = readers(g, root);
     if (output_roots.count(root) || rs.size() != 1) continue;
     const Op* add = rs[0];
-    if (add->opcode != blob::Opcode::kBinary || add->at("kind") != int64_t(blob::BinaryKind::kAdd) ||
-        add->real("alpha") != 1.0 || add->at("b") == kNoTensor) {
+    if (add->opcode != blob::Opcode::kBinary ||
+        add->at("kind") != int64_t(blob::BinaryKind::kAdd) || add->real("alpha") != 1.0 ||
+        add->at("b") == kNoTensor) {
       continue;
     }
     const bool mm_is_a = g.root(add->at("a")) == root;

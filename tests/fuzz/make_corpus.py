@@ -227,11 +227,13 @@ def handmade_valid() -> dict[str, bytes]:
     a = _io(g, f32, (2, 3, 4), IN, 0)
     wt = g.add_weight(torch.arange(20, dtype=f32).reshape(5, 4))
     bias = g.add_weight(torch.ones(5, dtype=f32))
+    residual = _io(g, f32, (2, 3, 5), IN, 1)
     out = _io(g, f32, (2, 3, 5), OUT, 0)
     g.add_op(bf.Opcode.MATMUL, a=a, b=wt, bias=bias, out=out, batch=2, M=3, N=5, K=4, trans_a=0,
              trans_b=1, a_batch_stride=12, b_batch_stride=0, bias_row_stride=0,
-             bias_col_stride=1, alpha=1.0, beta=1.0, epilogue=bf.Epilogue.GELU_TANH, residual=-1)
-    blobs["matmul_trans_b_bias_epilogue"] = _plan(g)
+             bias_col_stride=1, alpha=1.0, beta=1.0, epilogue=bf.Epilogue.GELU_TANH,
+             residual=residual)
+    blobs["matmul_trans_b_bias_residual_epilogue"] = _plan(g)
 
     g = Graph()
     x = _io(g, f32, (2, 3, 4), IN, 0)
@@ -279,8 +281,8 @@ def handmade_malformed(valid: bytes) -> dict[str, bytes]:
     header = bf.HEADER.pack(bf.MAGIC, bf.FORMAT_VERSION, bf.HEADER_SIZE, bf.HEADER_SIZE,
                             *([0] * 4), *([bf.HEADER_SIZE] * 3), 0, bf.HEADER_SIZE,
                             bf.HEADER_SIZE, 0, 0, 0, 0, bytes(16))
-    v2 = bytearray(valid)
-    struct.pack_into("<I", v2, 8, bf.FORMAT_VERSION + 1)
+    newer = bytearray(valid)
+    struct.pack_into("<I", newer, 8, bf.FORMAT_VERSION + 1)
     # Well-formed records, but amax over an empty axis has no identity: the reader must refuse.
     g = Graph()
     x = _io(g, torch.float32, (2, 0, 3), bf.Storage.INPUT, 0)
@@ -290,7 +292,7 @@ def handmade_malformed(valid: bytes) -> dict[str, bytes]:
         "malformed_amax_over_an_empty_axis": _plan(g, checked=False),
         "malformed_magic_only": bf.MAGIC,
         "malformed_header_truncated": header[:60],
-        "malformed_format_version_2": bytes(v2),
+        "malformed_newer_format_version": bytes(newer),
         "malformed_blob_size_lies": header[:16] + struct.pack("<Q", 1 << 40) + header[24:],
     }
 
@@ -327,8 +329,8 @@ def main() -> int:
         valid = handmade_valid()
         candidates = {**exported_blobs(tmp), **dynamic_blobs(tmp),
                       **{f"handmade-{k}": v for k, v in valid.items()}}
-        candidates.update({f"handmade-{k}": v for k, v in
-                           handmade_malformed(valid["matmul_trans_b_bias_epilogue"]).items()})
+        malformed = handmade_malformed(valid["matmul_trans_b_bias_residual_epilogue"])
+        candidates.update({f"handmade-{k}": v for k, v in malformed.items()})
         # Identical blobs (an fp32 and a bf16 export with no floating weights) are kept once.
         unique = {}
         for name, data in sorted(candidates.items()):
