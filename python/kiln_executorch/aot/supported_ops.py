@@ -91,11 +91,14 @@ def _common(node, ctx):
 
 
 def check_node(node, ctx):
-    """(supported, reason) for one fx node of an edge graph."""
+    """(supported, reason) for one fx node of an edge graph. `ctx.excluded_ops`, when present,
+    holds ATen overloads the user keeps out of Kiln (KilnPartitioner(exclude_ops=...))."""
     if node.op != "call_function":
         return False, f"{node.op} nodes are not operators"
     if node.target is operator.getitem:
         return check_node(node.args[0], ctx)[0], "follows the node it reads"
+    if aten_op(node) in getattr(ctx, "excluded_ops", ()):
+        return False, f"{aten_op(node)} is {EXCLUDED}"
     if is_sym_node(node):
         _, why = variant_count(node_symbols(node), getattr(ctx, "range_constraints", None))
         return (False, why) if why else (True, "computes a size of a shape-specialised plan")
@@ -467,6 +470,9 @@ SHAPE_ONLY = {aten.full_like.default, aten.zeros_like.default, aten.ones_like.de
 SUPPORTED_OPS = {**ELEMENTWISE_BINARY, **ELEMENTWISE_UNARY, **MATMUL, **VIEWS, **DATA_MOVEMENT,
                  **NORMALIZATION, **SPATIAL, **REDUCTIONS, **EMBEDDING, **STATE_UPDATES,
                  **CONSTANT_ONLY}
+
+# The reason explain() gives for a node the user kept out of Kiln.
+EXCLUDED = "excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"
 
 # Deliberately absent, with the reason explain() gives.
 NOT_SUPPORTED = {

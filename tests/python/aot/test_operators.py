@@ -176,12 +176,14 @@ def test_every_supported_operator_has_a_lowering():
     assert set(LOWERINGS) == set(SUPPORTED_OPS) - set(CONSTANT_ONLY)
 
 
-def decisions(module, inputs, **export_kwargs):
-    """{op name: [decision per node]} of KilnPartitioner.explain on the module's edge program."""
+def decisions(module, inputs, exclude_ops=None, **export_kwargs):
+    """{op name: [decision per node]} of KilnPartitioner(exclude_ops=exclude_ops).explain on the
+    module's edge program."""
     ep = torch.export.export(module, inputs, **export_kwargs)
     config = EdgeCompileConfig(_check_ir_validity=False)
     found = {}
-    for d in KilnPartitioner.explain(to_edge(ep, compile_config=config)):
+    partitioner = KilnPartitioner(exclude_ops=exclude_ops)
+    for d in partitioner.explain(to_edge(ep, compile_config=config)):
         found.setdefault(str(aten_op(d.node)), []).append(d)
     return found
 
@@ -220,6 +222,25 @@ def test_refused_operators_say_why(fn, inputs, op, reason):
     modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
+
+
+def test_excluded_operators_are_left_to_executorch_and_say_why():
+    module = Fn(lambda m, x: torch.cos(torch.tanh(x)) * 2)
+    found = decisions(module, (x45,), exclude_ops=["aten::cos"])
+    assert refused(found, "aten.cos.default") == [
+        "aten.cos.default is excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"]
+    assert refused(found, "aten.tanh.default") == refused(found, "aten.mul.Tensor") == []
+    program = lower(module, (x45,), exclude_ops=[torch.ops.aten.cos.default]).exported_program()
+    assert [str(aten_op(n)) for n in not_delegated(program)] == ["aten.cos.default"]
+    (actual,) = run_program(program, (x45,))
+    torch.testing.assert_close(actual, module(x45), atol=1e-5, rtol=1e-5)
+
+
+def test_an_excluded_name_that_is_no_operator_is_an_error():
+    with pytest.raises(ValueError, match="'aten::no_such_op' names no operator"):
+        lower(Fn(lambda m, x: torch.cos(x)), (x45,), exclude_ops=["aten::no_such_op"])
+    with pytest.raises(ValueError, match="'aten.cos.no_such_overload' names no operator"):
+        KilnPartitioner(exclude_ops=["aten.cos.no_such_overload"])
 
 
 def test_index_put_is_claimed_only_as_an_in_place_buffer_update():
