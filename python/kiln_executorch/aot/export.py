@@ -10,8 +10,9 @@ from executorch.exir.schema import DataLocation, DeviceType, Tensor
 
 from .partitioner import KilnPartitioner
 
-# Operators outside the core ATen set that ExecuTorch's portable kernels run and Kiln deliberately
-# leaves to them (ExecuTorch's default compile config refuses any program that uses one).
+# Operators outside the core ATen set that ExecuTorch's default compile config refuses in an edge
+# program. Its verifier checks the edge graph before partitioning, so the exception is needed
+# whether Kiln takes the operator or exclude_ops leaves it to ExecuTorch's CPU kernels.
 NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default]
 
 

@@ -390,6 +390,7 @@ ELEMENTWISE_UNARY = {
     aten.rsqrt.default: _floating_input,
     aten.sqrt.default: _floating_input,
     aten.erf.default: _floating_input,
+    aten.erfinv.default: _floating_input,
     aten.reciprocal.default: _floating_input,
     aten.neg.default: _numeric_input,
     aten.abs.default: _numeric_input,
@@ -476,8 +477,6 @@ EXCLUDED = "excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"
 
 # Deliberately absent, with the reason explain() gives.
 NOT_SUPPORTED = {
-    aten.erfinv.default: "erfinv stays on ExecuTorch's CPU kernels: its error grows without "
-                         "bound near |x| = 1, where a GPU approximation is not yet trusted",
     aten.copy_.default: "copy_ writes back program state after the graph (to_executorch adds it); "
                         "Kiln updates the state it owns with index_put",
 }
