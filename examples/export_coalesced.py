@@ -3,10 +3,11 @@ that each really has the partitioning it is meant to have.
 
 Programs written to --out (each NAME.pte with NAME.expected beside it):
 
-  coalesced     cos(erfinv(tanh(x))), x [64,64]. Partitioners: Kiln first, then XNNPACK from the
-                executorch wheel. Kiln takes tanh and cos; neither Kiln nor XNNPACK takes erfinv,
-                so it stays on ExecuTorch's CPU kernels between two Kiln partitions:
-                Kiln -> CPU erfinv -> Kiln.
+  coalesced     cos(erfinv(tanh(x))), x [64,64]. Partitioners: Kiln with
+                exclude_ops=[aten.erfinv.default] first, then XNNPACK from the executorch wheel.
+                Kiln could run all three ops as one partition; told to leave erfinv out, it takes
+                tanh and cos, XNNPACK does not take erfinv either, so it stays on ExecuTorch's CPU
+                kernels between two Kiln partitions: Kiln -> CPU erfinv -> Kiln.
   mixed         cos(linear(tanh(x))) + x, x [64,64]. Partitioners: XNNPACK restricted to linear
                 first, then Kiln. XNNPACK owns the linear in the middle, Kiln the pieces on either
                 side, so tensors cross Kiln -> XNNPACK and XNNPACK -> Kiln: Kiln -> XNNPACK -> Kiln.
@@ -51,9 +52,9 @@ class Mixed(torch.nn.Module):
         return torch.cos(self.fc(torch.tanh(x))) + x
 
 
-def kiln(precision):
+def kiln(precision, exclude_ops=None):
     from kiln_executorch.aot import KilnPartitioner
-    return KilnPartitioner(precision=precision)
+    return KilnPartitioner(precision=precision, exclude_ops=exclude_ops)
 
 
 def xnnpack(only=None):
@@ -74,10 +75,12 @@ KILN = [f"{CPU}:et_copy::_h2d_copy.out", "KilnBackend", f"{CPU}:et_copy::_d2h_co
 # backend ids for delegate calls, "cpu:<operator>" for kernel calls.
 PROGRAMS = {
     "coalesced": dict(
-        module=Coalesced, partitioners=lambda p: [kiln(p), xnnpack()],
+        module=Coalesced,
+        partitioners=lambda p: [kiln(p, exclude_ops=[torch.ops.aten.erfinv.default]), xnnpack()],
         sequence=[*KILN, f"{CPU}:aten::erfinv.out", *KILN],
-        why="erfinv: neither Kiln nor XNNPACK supports it, so ExecuTorch's CPU kernel runs it "
-            "between two Kiln partitions (tanh, cos)"),
+        why="erfinv: KilnPartitioner(exclude_ops=[aten.erfinv.default]) leaves it out of Kiln and "
+            "XNNPACK does not support it, so ExecuTorch's CPU kernel runs it between two Kiln "
+            "partitions (tanh, cos)"),
     "mixed": dict(
         module=Mixed, partitioners=lambda p: [xnnpack_linear_only(), kiln(p)],
         sequence=[*KILN, "XnnpackBackend", KILN[0], *KILN],  # the second Kiln call reads 2 inputs

@@ -19,7 +19,9 @@ void fuse_matmul_epilogues(Graph& g);
 
 /// fp16/bf16: float32 tensors other than the delegate's inputs become the low dtype (weights and
 /// state initial values converted), float32 inputs are cast on entry and outputs on exit; fp32
-/// outputs written directly by one elementwise op stay float32. fp32/tf32: nothing.
+/// outputs written directly by one elementwise op stay float32, and so do the operand and result
+/// of a float32-only op (erfinv, as torch.autocast runs it) where their writers can write
+/// float32 (ops taking one dtype then read a low-precision copy). fp32/tf32: nothing.
 void convert_precision(Graph& g);
 
 /// Chains of kUnary / kBinary / kWhere in fp32 math become kFusedElementwise ops.

@@ -1,6 +1,8 @@
 // Precision conversion (fp16 / bf16) and the float rounding it needs.
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "builder/src/passes.h"
@@ -69,6 +71,47 @@ bool is_elementwise(blob::Opcode op) {
   return op == blob::Opcode::kUnary || op == blob::Opcode::kBinary || op == blob::Opcode::kWhere;
 }
 
+// Unary kinds computed and stored in float32 whatever the precision. torch.autocast keeps a list
+// of ops it runs in float32 under fp16/bf16 ("CUDA ops that can autocast to float32",
+// https://pytorch.org/docs/stable/amp.html); erfinv is on it because the low dtype loses its
+// answer, not a few bits: its slope grows without bound towards +-1, and bf16 rounds tanh(x) to
+// exactly 1 for |x| > ~3, where erfinv is inf. The list's other entries (exp, log, softmax, ...)
+// already compute in float32 registers here and lose only the final rounding, so they stay low.
+constexpr blob::UnaryKind kFloat32OnlyUnaryKinds[] = {blob::UnaryKind::kErfinv};
+
+bool runs_in_float32(const Op& op) {
+  return op.opcode == blob::Opcode::kUnary &&
+         std::any_of(std::begin(kFloat32OnlyUnaryKinds), std::end(kFloat32OnlyUnaryKinds),
+                     [&](blob::UnaryKind k) { return op.at("kind") == int64_t(k); });
+}
+
+// Ops whose kernels read and write each tensor in its own dtype (elementwise math runs in float32
+// registers, kCopy converts). Every other op takes one floating dtype throughout (the engine's
+// op_decoder.cpp refuses a mix).
+bool mixes_dtypes(const Op& op) {
+  return is_elementwise(op.opcode) || op.opcode == blob::Opcode::kCopy;
+}
+
+// Arena roots a float32-only op reads or writes that can stay float32: every op writing them
+// mixes dtypes, so it can write its float32 result unrounded. An operand that a one-dtype op
+// writes (a matmul, say) stays low and is read rounded, as autocast would have rounded it.
+std::unordered_set<int64_t> float32_only_roots(const Graph& g) {
+  std::unordered_set<int64_t> keep;
+  for (const Op& op : g.ops) {
+    if (!runs_in_float32(op)) continue;
+    for (int64_t t : {op.at("x"), op.out()}) {
+      int64_t root = g.root(t);
+      const Tensor& r = g.tensors[size_t(root)];
+      if (r.dtype != blob::DType::kFloat32 || r.storage != blob::Storage::kArena) continue;
+      bool writers_mix = std::all_of(g.ops.begin(), g.ops.end(), [&](const Op& w) {
+        return g.root(w.out()) != root || mixes_dtypes(w);
+      });
+      if (writers_mix) keep.insert(root);
+    }
+  }
+  return keep;
+}
+
 // float32 outputs that one elementwise op writes and nothing else reads or views. They stay
 // float32: the op writes its fp32 result directly instead of rounding it to the low dtype and
 // casting back, which saves a copy and keeps results the rounding would change (tanh(x) rounds
@@ -106,16 +149,29 @@ void convert_precision(Graph& g) {
   } else {
     return;
   }
+  auto float32_only = float32_only_roots(g);
   std::vector<Op> body = std::move(g.ops);
   g.ops.clear();
   for (int64_t tid : g.inputs) {
     if (g.tensors[size_t(tid)].dtype != blob::DType::kFloat32) continue;
+    // A float32-only op reads the input itself; everything else reads the cast.
+    auto reads_cast = [&](const Op& op) {
+      const auto r = op.reads();
+      return std::find(r.begin(), r.end(), tid) != r.end() &&
+             !(runs_in_float32(op) && op.at("x") == tid);
+    };
+    bool viewed = std::any_of(g.tensors.begin(), g.tensors.end(), [&](const Tensor& o) {
+      return o.alias_of != kNoTensor && g.root(o.id) == tid;
+    });
+    if (!viewed && std::none_of(body.begin(), body.end(), reads_cast)) continue;
     Tensor t = g.tensors[size_t(tid)];
     int64_t cast = g.add_tensor(low, t.shape, t.name + "_" + dtype_suffix(low));
     for (Tensor& other : g.tensors) {
       if (other.alias_of != kNoTensor && g.root(other.id) == tid) other.alias_of = cast;
     }
-    for (Op& op : body) op.rename(tid, cast);
+    for (Op& op : body) {
+      if (reads_cast(op)) op.rename(tid, cast);
+    }
     g.ops.push_back(flat_copy(g, tid, cast));
   }
   for (Op& op : body) g.ops.push_back(std::move(op));
@@ -124,11 +180,33 @@ void convert_precision(Graph& g) {
   for (int64_t t : g.outputs) declared.push_back(g.tensors[size_t(t)].dtype);
   auto keep = full_precision_outputs(g);
   for (Tensor& t : g.tensors) {
-    if (t.dtype == blob::DType::kFloat32 && t.storage != blob::Storage::kInput && !keep.count(t.id)) {
+    if (t.dtype == blob::DType::kFloat32 && t.storage != blob::Storage::kInput &&
+        !keep.count(t.id) && !float32_only.count(g.root(t.id))) {
       t.dtype = low;
       if (t.has_data) convert_data(t, low);
     }
   }
+  // Ops that take one dtype read a low-precision copy of a float32-only tensor, made just before
+  // the first of them.
+  std::unordered_map<int64_t, int64_t> low_copy;   // float32 tensor -> its copy in `low`
+  std::vector<Op> ops;
+  for (Op& op : g.ops) {
+    if (!mixes_dtypes(op)) {
+      for (int64_t t : op.reads()) {
+        if (!float32_only.count(g.root(t))) continue;
+        auto it = low_copy.find(t);
+        if (it == low_copy.end()) {
+          Tensor src = g.tensors[size_t(t)];
+          int64_t copy = g.add_tensor(low, src.shape, src.name + "_" + dtype_suffix(low));
+          ops.push_back(flat_copy(g, t, copy));
+          it = low_copy.emplace(t, copy).first;
+        }
+        op.rename(t, it->second);
+      }
+    }
+    ops.push_back(std::move(op));
+  }
+  g.ops = std::move(ops);
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     int64_t tid = g.outputs[i];
     if (g.tensors[size_t(tid)].dtype == declared[i]) continue;

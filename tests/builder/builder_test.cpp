@@ -327,6 +327,84 @@ TEST(Passes, MatmulResidualNeedsAPlainAddOfTheSameShape) {
   }
 }
 
+// tanh -> erfinv -> cos in bf16: erfinv's operand and result stay float32 (torch.autocast's rule),
+// so tanh is never rounded to 1; fusion then runs the chain with no rounding between the steps.
+TEST(Precision, Float32OnlyOpKeepsItsOperandAndResultInFloat32) {
+  Graph g;
+  g.precision = blob::Precision::kBf16;
+  int64_t x = input(g, {4}, 0);
+  int64_t t = g.add_tensor(blob::DType::kFloat32, {4}, "t");
+  int64_t e = g.add_tensor(blob::DType::kFloat32, {4}, "e");
+  int64_t out = g.add_tensor(blob::DType::kFloat32, {4}, "out");
+  g.ops.push_back(unary(U::kTanh, x, t));
+  g.ops.push_back(unary(U::kErfinv, t, e));
+  g.ops.push_back(unary(U::kCos, e, out));
+  g.outputs = {out};
+  convert_precision(g);
+  EXPECT_EQ(g.tensors[size_t(t)].dtype, blob::DType::kFloat32);
+  EXPECT_EQ(g.tensors[size_t(e)].dtype, blob::DType::kFloat32);
+  ASSERT_EQ(g.ops.size(), 4u);                                     // cast in, tanh, erfinv, cos
+  EXPECT_EQ(g.ops[0].opcode, blob::Opcode::kCopy);
+  EXPECT_EQ(g.tensors[size_t(g.ops[0].out())].dtype, blob::DType::kBFloat16);
+  EXPECT_EQ(g.ops[1].at("x"), g.ops[0].out());                    // tanh reads the cast input
+  EXPECT_EQ(g.outputs, std::vector<int64_t>{out});                 // no cast out: already float32
+  fuse_elementwise(g);
+  ASSERT_EQ(g.ops.size(), 2u);
+  ASSERT_EQ(g.ops[1].opcode, blob::Opcode::kFusedElementwise);
+  ASSERT_EQ(g.ops[1].at("num_instrs"), 3);
+  const auto& program = g.ops[1].list("program");
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(program[j * blob::kFusedInstrWidth + 7], int64_t(blob::DType::kFloat32)) << j;
+  }
+}
+
+// Around a float32-only op, ops that take one dtype: the operand a softmax writes stays bf16
+// (erfinv reads it rounded), and the softmax reading erfinv's float32 result reads a bf16 copy.
+TEST(Precision, OneDtypeOpsNextToAFloat32OnlyOpKeepTheLowDtype) {
+  Graph g;
+  g.precision = blob::Precision::kBf16;
+  int64_t x = input(g, {3}, 0);
+  int64_t s = g.add_tensor(blob::DType::kFloat32, {3}, "s");
+  int64_t e = g.add_tensor(blob::DType::kFloat32, {3}, "e");
+  int64_t out = g.add_tensor(blob::DType::kFloat32, {3}, "out");
+  g.ops.push_back(make_op(blob::Opcode::kSoftmax, {{x}, {s}, {1}, {3}, {1}, {0}}));
+  g.ops.push_back(unary(U::kErfinv, s, e));
+  g.ops.push_back(make_op(blob::Opcode::kSoftmax, {{e}, {out}, {1}, {3}, {1}, {0}}));
+  g.outputs = {out};
+  convert_precision(g);
+  EXPECT_EQ(g.tensors[size_t(s)].dtype, blob::DType::kBFloat16);
+  EXPECT_EQ(g.tensors[size_t(e)].dtype, blob::DType::kFloat32);
+  // cast in, softmax, erfinv, bf16 copy of e, softmax, cast out
+  ASSERT_EQ(g.ops.size(), 6u);
+  EXPECT_EQ(g.ops[3].opcode, blob::Opcode::kCopy);
+  EXPECT_EQ(g.ops[3].at("x"), e);
+  int64_t e_low = g.ops[3].out();
+  EXPECT_EQ(g.tensors[size_t(e_low)].dtype, blob::DType::kBFloat16);
+  EXPECT_EQ(g.ops[4].at("x"), e_low);
+  EXPECT_EQ(g.ops[5].opcode, blob::Opcode::kCopy);
+  EXPECT_EQ(g.tensors[size_t(g.outputs[0])].dtype, blob::DType::kFloat32);
+  bind_outputs(g);
+  compact(g);
+  plan_memory(g);
+  std::vector<uint8_t> bytes = write_blob(g);
+  std::string why;
+  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+}
+
+// A float32-only op reading a delegate input reads it as given: no cast is made for it.
+TEST(Precision, Float32OnlyOpReadsAFloat32InputUncast) {
+  Graph g;
+  g.precision = blob::Precision::kFp16;
+  int64_t x = input(g, {5}, 0);
+  int64_t out = g.add_tensor(blob::DType::kFloat32, {5}, "out");
+  g.ops.push_back(unary(U::kErfinv, x, out));
+  g.outputs = {out};
+  convert_precision(g);
+  ASSERT_EQ(g.ops.size(), 1u);
+  EXPECT_EQ(g.ops[0].at("x"), x);
+  EXPECT_EQ(g.tensors[size_t(out)].dtype, blob::DType::kFloat32);
+}
+
 TEST(Passes, MatmulEpilogueAndDeadOps) {
   Graph g;
   int64_t x = input(g, {2, 3}, 0);

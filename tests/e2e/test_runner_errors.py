@@ -61,6 +61,7 @@ def test_bad_option(runner):
 
 
 def test_missing_operator_is_named_with_what_to_link(runner, fixtures):
-    # With only the wheel's kernels the coalesced program lacks aten::erfinv.out.
+    # With only the wheel's kernels the coalesced fixture (a portable program: no Kiln, so erfinv
+    # is a CPU kernel there whatever Kiln supports) lacks aten::erfinv.out.
     r = run([runner, fixtures / "coalesced" / "model.pte"], env={**os.environ, "KILN_RUNNER_WHEEL_KERNELS_ONLY": "1"})
     check(r, "load_method('forward') failed: OperatorMissing (0x14)", "aten::erfinv.out", "link")

@@ -6,7 +6,7 @@ Candidates:
   exported with KilnPartitioner in fp32 and bf16. Modules whose weights are large are shrunk to a
   few thousand parameters with the same structure (same ops, same partitioning): the reader never
   looks at weight bytes, and every mutation that lands in a weight is a wasted execution.
-  Coalesced (tanh -> erfinv on the CPU -> cos) gives two delegates of one program;
+  Coalesced (tanh -> erfinv -> cos) is one fused delegate, in bf16 with float32 steps inside;
 - an op-mix module that reaches the opcodes and kinds the fixtures do not (where, comparisons,
   reductions, average pooling with ceil mode, cat/slice/permute copies, integer math, clamp, ...);
 - a variant set (a bounded dynamic batch: several plans, one shared weights section) and a

@@ -8,7 +8,8 @@ the manifest's tolerance (1e-3 for fp32):
            executed again keep giving the right answer
   latency  median of kiln_runner --iterations (reported, not judged)
 
-`mixed` crosses Kiln -> XNNPACK and XNNPACK -> Kiln, `coalesced` Kiln -> CPU erfinv -> Kiln, so a
+`mixed` crosses Kiln -> XNNPACK and XNNPACK -> Kiln, `coalesced` Kiln -> CPU erfinv -> Kiln
+(erfinv excluded from Kiln; check_erfinv.py runs the default, one-partition export), so a
 wrong boundary copy in either direction shows as a wrong output. One line per case; exits non-zero
 on any failure."""
 from __future__ import annotations

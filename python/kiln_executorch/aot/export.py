@@ -10,16 +10,18 @@ from executorch.exir.schema import DataLocation, DeviceType, Tensor
 
 from .partitioner import KilnPartitioner
 
-# Operators outside the core ATen set that ExecuTorch's portable kernels run and Kiln deliberately
-# leaves to them (ExecuTorch's default compile config refuses any program that uses one).
+# Operators outside the core ATen set that ExecuTorch's default compile config refuses in an edge
+# program. Its verifier checks the edge graph before partitioning, so the exception is needed
+# whether Kiln takes the operator or exclude_ops leaves it to ExecuTorch's CPU kernels.
 NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default]
 
 
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,
-          device_resident=False):
+          device_resident=False, exclude_ops=None):
     """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision,
-    device_resident)]). Returns ExecuTorch's EdgeProgramManager (the step before to_executorch;
-    a device-resident one needs KilnPartitioner.executorch_config(device_resident=True) there).
+    device_resident, exclude_ops)]). Returns ExecuTorch's EdgeProgramManager (the step before
+    to_executorch; a device-resident one needs KilnPartitioner.executorch_config(device_resident=
+    True) there).
 
     The module is exported as it is: call .eval() first for inference (batch norm in training mode
     stays on the CPU). For a program with several methods pass dicts keyed by method name for
@@ -40,19 +42,19 @@ def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile
             programs = torch.export.export(module, tuple(example_inputs),
                                            dynamic_shapes=dynamic_shapes)
         return to_edge_transform_and_lower(
-            programs, partitioner=[KilnPartitioner(precision, device_resident)],
+            programs, partitioner=[KilnPartitioner(precision, device_resident, exclude_ops)],
             compile_config=compile_config)
 
 
 def export(module, example_inputs, path, precision="fp32", dynamic_shapes=None,
-           compile_config=None, device_resident=False):
+           compile_config=None, device_resident=False, exclude_ops=None):
     """lower(...) -> to_executorch() -> the .pte at `path`. Returns `path`.
 
     device_resident=True: every method input and output is a CUDA tensor the caller owns (pass
     device pointers, get device pointers back) and no et_copy operator remains; the default puts
     et_copy::_h2d_copy / _d2h_copy around each Kiln delegate and takes host tensors."""
     edge = lower(module, example_inputs, precision, dynamic_shapes, compile_config,
-                 device_resident)
+                 device_resident, exclude_ops)
     with torch.no_grad():
         config = KilnPartitioner.executorch_config(device_resident=device_resident)
         Path(path).write_bytes(edge.to_executorch(config).buffer)

@@ -15,10 +15,11 @@ size; an extra kCopy would cost a launch and memory traffic for nothing.
 Then the C++ builder (builder/, bound in builder.py) runs, in order: dead-op elimination;
 residual-add and activation epilogue fusion into kMatmul (the bias is lowered into it); precision
 conversion (fp16/bf16: floating weights and activations in the low dtype, kCopy casts at the
-delegate's floating inputs and outputs so its I/O dtypes stay the graph's; tf32 only sets the
-header); elementwise-chain fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise
-kernel, after precision conversion so each step keeps its op's rounding); binding of outputs to
-the runtime's output memory; liveness-based best-fit planning of the arena (256-byte aligned).
+delegate's floating inputs and outputs so its I/O dtypes stay the graph's, erfinv's operand and
+result kept float32 as torch.autocast runs it; tf32 only sets the header); elementwise-chain
+fusion (kUnary/kBinary/kWhere chains into one kFusedElementwise kernel, after precision
+conversion so each step keeps its op's rounding); binding of outputs to the runtime's output
+memory; liveness-based best-fit planning of the arena (256-byte aligned).
 
 A partition with bounded dynamic sizes is lowered once per assignment of its symbols (dynamic.py)
 and the C++ builder turns the lowerings into one variant set; a static one is a plain blob.
@@ -776,6 +777,7 @@ LOWERINGS = {
     aten.rsqrt.default: _unary(UnaryKind.RSQRT),
     aten.sqrt.default: _unary(UnaryKind.SQRT),
     aten.erf.default: _unary(UnaryKind.ERF),
+    aten.erfinv.default: _unary(UnaryKind.ERFINV),
     aten.reciprocal.default: _unary(UnaryKind.RECIPROCAL),
     aten.neg.default: _unary(UnaryKind.NEG),
     aten.abs.default: _unary(UnaryKind.ABS),

@@ -8,8 +8,12 @@ to ExecuTorch: delegating it would add a call without taking work off the CPU.
 Bounded dynamic sizes are claimed (Kiln builds one plan per size, see dynamic.py) when the
 partition's symbols need at most MAX_VARIANTS plans and no size (a SymInt) would cross the
 partition's boundary: a delegate takes and returns tensors only.
+
+Operators named in `exclude_ops` are refused whatever Kiln could do with them (like
+Torch-TensorRT's `torch_executed_ops`), so ExecuTorch's CPU kernels or a later partitioner run them.
 """
 
+import functools
 import operator
 from typing import NamedTuple
 
@@ -35,7 +39,8 @@ class NodeDecision(NamedTuple):
 class _Context:
     """What the checks may ask about the whole program: which values are known ahead of time."""
 
-    def __init__(self, ep):
+    def __init__(self, ep, excluded_ops=frozenset()):
+        self.excluded_ops = excluded_ops
         self.range_constraints = getattr(ep, "range_constraints", None) or {}
         sig = ep.graph_signature
         mutated = set(sig.buffers_to_mutate.values())
@@ -83,6 +88,64 @@ def _edge_program(program):
     return program.exported_program() if hasattr(program, "exported_program") else program
 
 
+class _class_or_instance_method:
+    """A method whose first parameter is the instance, or None when called on the class: explain()
+    predates exclude_ops and is called on the class, but an instance must report its own
+    exclusions."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, instance, owner):
+        return functools.partial(self.fn, instance)
+
+
+def operator_overloads(ops):
+    """exclude_ops (see KilnPartitioner) -> the frozenset of ATen OpOverloads it names."""
+    if ops is None:
+        return frozenset()
+    if isinstance(ops, str) or _operator(ops) is not None:
+        ops = [ops]     # one operator given on its own
+    found = set()
+    for op in ops:
+        named = _lookup(op) if isinstance(op, str) else _operator(op)
+        if isinstance(named, torch._ops.OpOverloadPacket):
+            found.update(getattr(named, o) for o in named.overloads())
+        elif named is not None:
+            found.add(named)
+        else:
+            raise TypeError(f"KilnPartitioner exclude_ops: {op!r} is not an operator (pass e.g. "
+                            "torch.ops.aten.erfinv.default or 'aten.erfinv.default')")
+    return frozenset(found)
+
+
+def _operator(value):
+    """An ATen OpOverload or OpOverloadPacket as it is, an edge-dialect op's ATen overload, else
+    None."""
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return value
+    op = getattr(value, "_op", None)     # EdgeOpOverload wraps the ATen overload
+    return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+def _lookup(name):
+    """"aten.erfinv.default", "aten::erfinv.default", "aten::erfinv", "torch.ops.aten.erfinv" ->
+    the OpOverload, or the OpOverloadPacket when no overload is named."""
+    parts = name.strip().removeprefix("torch.ops.").replace("::", ".", 1).split(".")
+    op = None
+    if len(parts) in (2, 3) and all(parts):
+        try:
+            op = getattr(getattr(torch.ops, parts[0]), parts[1])
+            op = getattr(op, parts[2]) if len(parts) == 3 else op
+        except (AttributeError, RuntimeError):   # torch's answers for an unknown op or overload
+            op = None
+    if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        raise ValueError(f"KilnPartitioner exclude_ops: {name!r} names no operator (expected "
+                         "e.g. 'aten.erfinv.default' or 'aten::erfinv')")
+    return op
+
+
 class KilnPartitioner(Partitioner):
     """Partitioner for `to_edge_transform_and_lower(ep, partitioner=[KilnPartitioner(...)])`.
 
@@ -97,18 +160,26 @@ class KilnPartitioner(Partitioner):
     checks that every method input is read only by Kiln and every method output is made by Kiln,
     and raises ValueError naming the tensor that would otherwise stay in host memory.
 
+    exclude_ops: operators Kiln leaves to ExecuTorch (its CPU kernels or a later partitioner)
+    even when it supports them, e.g. [torch.ops.aten.erfinv.default]. Each entry is an ATen
+    OpOverload, an OpOverloadPacket (every overload), an edge-dialect op, or a string naming one:
+    "aten.erfinv.default", "aten::erfinv.default", "aten::erfinv", "torch.ops.aten.erfinv". A name
+    that is no operator is a ValueError naming it. explain() on the instance gives the nodes
+    they cover the reason supported_ops.EXCLUDED.
+
     Every Kiln delegate declares its device (the "target_device" compile spec, "cuda:0"), so
     ExecuTorch puts et_copy::_h2d_copy / _d2h_copy at the delegate's boundaries unless the program
     is exported device-resident.
     """
 
-    def __init__(self, precision="fp32", device_resident=False):
+    def __init__(self, precision="fp32", device_resident=False, exclude_ops=None):
         if precision not in PRECISIONS:
             raise ValueError(f"KilnPartitioner precision={precision!r}; choose one of "
                              f"{', '.join(PRECISIONS)}")
         super().__init__()
         self.precision = precision
         self.device_resident = bool(device_resident)
+        self.exclude_ops = operator_overloads(exclude_ops)
         self.delegation_spec = DelegationSpec(
             KilnBackend.__name__, [CompileSpec(PRECISION_SPEC, precision.encode()),
                                    CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")])
@@ -132,7 +203,7 @@ class KilnPartitioner(Partitioner):
             **kwargs)
 
     def partition(self, exported_program):
-        ctx = _Context(exported_program)
+        ctx = _Context(exported_program, self.exclude_ops)
         proposed = CapabilityBasedPartitioner(
             exported_program.graph_module, _Support(ctx),
             allows_single_node_partition=True).propose_partitions()
@@ -168,13 +239,15 @@ class KilnPartitioner(Partitioner):
         return PartitionResult(tagged_exported_program=exported_program,
                                partition_tags=partition_tags)
 
-    @staticmethod
-    def explain(program):
+    @_class_or_instance_method
+    def explain(partitioner, program):
         """Kiln's decision for every operator node of an edge program (an ExportedProgram or an
         EdgeProgramManager's method): [(node, supported, reason)], in graph order. getitem nodes
-        are left out: they go wherever the node they read goes."""
+        are left out: they go wherever the node they read goes. KilnPartitioner.explain(program)
+        judges with no exclusions; partitioner.explain(program) with that instance's
+        exclude_ops."""
         ep = _edge_program(program)
-        ctx = _Context(ep)
+        ctx = _Context(ep, partitioner.exclude_ops if partitioner is not None else frozenset())
         return [NodeDecision(n, *check_node(n, ctx)) for n in ep.graph.nodes
                 if n.op == "call_function" and n.target is not operator.getitem]
 

@@ -91,11 +91,14 @@ def _common(node, ctx):
 
 
 def check_node(node, ctx):
-    """(supported, reason) for one fx node of an edge graph."""
+    """(supported, reason) for one fx node of an edge graph. `ctx.excluded_ops`, when present,
+    holds ATen overloads the user keeps out of Kiln (KilnPartitioner(exclude_ops=...))."""
     if node.op != "call_function":
         return False, f"{node.op} nodes are not operators"
     if node.target is operator.getitem:
         return check_node(node.args[0], ctx)[0], "follows the node it reads"
+    if aten_op(node) in getattr(ctx, "excluded_ops", ()):
+        return False, f"{aten_op(node)} is {EXCLUDED}"
     if is_sym_node(node):
         _, why = variant_count(node_symbols(node), getattr(ctx, "range_constraints", None))
         return (False, why) if why else (True, "computes a size of a shape-specialised plan")
@@ -387,6 +390,7 @@ ELEMENTWISE_UNARY = {
     aten.rsqrt.default: _floating_input,
     aten.sqrt.default: _floating_input,
     aten.erf.default: _floating_input,
+    aten.erfinv.default: _floating_input,
     aten.reciprocal.default: _floating_input,
     aten.neg.default: _numeric_input,
     aten.abs.default: _numeric_input,
@@ -468,10 +472,11 @@ SUPPORTED_OPS = {**ELEMENTWISE_BINARY, **ELEMENTWISE_UNARY, **MATMUL, **VIEWS, *
                  **NORMALIZATION, **SPATIAL, **REDUCTIONS, **EMBEDDING, **STATE_UPDATES,
                  **CONSTANT_ONLY}
 
+# The reason explain() gives for a node the user kept out of Kiln.
+EXCLUDED = "excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"
+
 # Deliberately absent, with the reason explain() gives.
 NOT_SUPPORTED = {
-    aten.erfinv.default: "erfinv stays on ExecuTorch's CPU kernels: its error grows without "
-                         "bound near |x| = 1, where a GPU approximation is not yet trusted",
     aten.copy_.default: "copy_ writes back program state after the graph (to_executorch adds it); "
                         "Kiln updates the state it owns with index_put",
 }

@@ -33,7 +33,7 @@ EXPECTED = {
     "mlp": (1, []),
     "cnn_small": (1, []),
     "add_one": (1, []),
-    "coalesced": (2, ["aten::erfinv.out"]),
+    "coalesced": (1, []),         # erfinv too: exclude_ops puts it back on the CPU (below)
     "transformer_block": (1, []),
     "embedding_lm": (1, []),
     "multi_method.forward": (1, []),
@@ -99,19 +99,37 @@ def test_fp32_export_matches_eager(name, tmp_path):
 @pytest.mark.parametrize("name, precision", [
     ("mlp", "bf16"), ("cnn_small", "bf16"), ("transformer_block", "bf16"),
     ("embedding_lm", "bf16"), ("multi_method.encode", "fp16"), ("add_one", "tf32"),
+    ("coalesced", "bf16"), ("coalesced", "fp16"),
 ])
 def test_reduced_precision_export_is_close(name, precision, tmp_path):
     actual, eager = export_and_check(name, precision, tmp_path)
     assert max_error(actual, eager) <= 2e-2 * eager.abs().max().item()
 
 
-def test_coalesced_partitions_surround_erfinv(tmp_path):
+def call_order(program):
+    return [str(n.target).split(".")[-2] if "erfinv" in str(n.target) else n.target.__name__
+            for n in program.graph.nodes if n.op == "call_function"]
+
+
+def test_coalesced_is_one_partition():
     f = FIXTURES["coalesced"]
     program = lower(f.module, f.inputs).exported_program()
-    order = [str(n.target).split(".")[-2] if "erfinv" in str(n.target) else n.target.__name__
-             for n in program.graph.nodes if n.op == "call_function"]
-    assert order == ["executorch_call_delegate", "getitem", "erfinv",
-                     "executorch_call_delegate", "getitem"]
+    assert call_order(program) == ["executorch_call_delegate", "getitem"]
+
+
+def test_coalesced_partitions_surround_an_excluded_erfinv(tmp_path):
+    f = FIXTURES["coalesced"]
+    edge = lower(f.module, f.inputs, exclude_ops=[torch.ops.aten.erfinv.default])
+    program = copy.deepcopy(edge.exported_program())
+    assert call_order(program) == ["executorch_call_delegate", "getitem", "erfinv",
+                                   "executorch_call_delegate", "getitem"]
+    pte = tmp_path / "coalesced.pte"
+    pte.write_bytes(edge.to_executorch().buffer)
+    delegates = read_delegates(pte)
+    assert [d.backend_id for d in delegates] == ["KilnBackend"] * 2
+    assert read_operators(pte, device_copies=False)["forward"] == ["aten::erfinv.out"]
+    (actual,) = run_program(program, f.inputs, blobs=[d.data for d in delegates])
+    assert max_error(actual, f.expected[0]) <= 1e-5
 
 
 def test_export_writes_the_file(tmp_path):

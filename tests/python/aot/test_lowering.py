@@ -14,8 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models  # noqa: E402
 
 from kiln_executorch.aot import lower  # noqa: E402
-from kiln_executorch.aot.blob_format import (BinaryKind, Epilogue, Opcode, Precision,  # noqa: E402
-                                             Storage, UnaryKind)
+from kiln_executorch.aot.blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType,  # noqa: E402
+                                             Epilogue, Opcode, Precision, Storage, UnaryKind)
 from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
 from kiln_executorch.aot.lowering import build_blob, build_graph  # noqa: E402
 from kiln_executorch.aot.reference import run_program  # noqa: E402
@@ -280,11 +280,12 @@ def test_memory_plan_reuses_dead_tensors():
 
 
 def test_low_precision_keeps_an_elementwise_float_output_in_float32():
-    # tanh rounds to exactly 1.0 in bf16 for |x| > ~3; the CPU erfinv after the delegate would
-    # then give inf and cos NaN. The delegate's float32 output is written by tanh in float32.
+    # tanh rounds to exactly 1.0 in bf16 for |x| > ~3; a CPU erfinv after the delegate (erfinv
+    # excluded from Kiln here) would then give inf and cos NaN. The delegate's float32 output is
+    # written by tanh in float32.
     module = models.Coalesced().eval()
     x = torch.linspace(-6, 6, 64 * 64).reshape(64, 64)
-    edge = lower(module, (x,), precision="bf16")
+    edge = lower(module, (x,), precision="bf16", exclude_ops=[torch.ops.aten.erfinv.default])
     program = edge.exported_program()
     blobs = [m.processed_bytes for _, m in program.graph_module.named_children()
              if hasattr(m, "processed_bytes")]
@@ -292,6 +293,34 @@ def test_low_precision_keeps_an_elementwise_float_output_in_float32():
     (out,) = first.outputs
     assert first.tensors[out].dtype == torch.float32
     assert [op.opcode for op in first.ops] == [Opcode.COPY, Opcode.UNARY]  # cast in, tanh out
+    with torch.no_grad():
+        want = module(x)
+    got = run_program(program, (x,), compute_dtype=torch.float32)[0]
+    assert not torch.isnan(got).any()
+    assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+
+
+@pytest.mark.parametrize("precision, low", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_low_precision_keeps_erfinv_and_its_operand_in_float32(precision, low):
+    # torch.autocast runs erfinv in float32; Kiln keeps its operand unrounded too, so tanh(x)
+    # never becomes exactly 1.0 (erfinv(1) = inf, cos(inf) = NaN) where float32 tanh is below 1.
+    module = models.Coalesced().eval()
+    x = torch.linspace(-6, 6, 64 * 64).reshape(64, 64)
+    program = lower(module, (x,), precision=precision).exported_program()
+    ((ep, blob),) = [(m.original_module, m.processed_bytes)
+                     for _, m in program.graph_module.named_children()
+                     if hasattr(m, "processed_bytes")]
+    unfused = build_graph(ep, Precision[precision.upper()], fuse=False)
+    tanh, erfinv, cos = [op for op in unfused.ops if op.opcode == Opcode.UNARY]
+    assert [UnaryKind(op.operands["kind"]) for op in (tanh, erfinv, cos)] == \
+        [UnaryKind.TANH, UnaryKind.ERFINV, UnaryKind.COS]
+    assert unfused.tensors[tanh.operands["x"]].dtype == low          # the input cast in
+    assert unfused.tensors[erfinv.operands["x"]].dtype == torch.float32
+    assert unfused.tensors[erfinv.operands["out"]].dtype == torch.float32
+    fused = read_blob(blob)
+    assert opcodes(fused) == [Opcode.COPY, Opcode.FUSED_ELEMENTWISE]
+    steps = fused.ops[1].operands["program"]
+    assert [steps[j * FUSED_INSTR_WIDTH + 7] for j in range(3)] == [DType.FLOAT32] * 3
     with torch.no_grad():
         want = module(x)
     got = run_program(program, (x,), compute_dtype=torch.float32)[0]

@@ -86,6 +86,10 @@ CASES = {
     "hardtanh_relu6": (lambda m, x: F.hardtanh(x, -0.3, 0.7) + F.relu6(x * 8), (x45,)),
     "leaky_relu": (lambda m, x: F.leaky_relu(x, 0.2), (x45,)),
     "erf_reciprocal": (lambda m, x: torch.erf(x) + torch.reciprocal(x.abs() + 1), (x45,)),
+    # Up to the poles and past them: erfinv(+-1) = +-inf, |x| > 1 gives NaN.
+    "erfinv": (lambda m, x: torch.erfinv(x), (torch.tensor(
+        [-2, -1, -0.999999, -0.5, -0.0, 0, 0.3, 0.99, 0.9999, 1 - 2**-24, 1, 3]),)),
+    "tanh_erfinv": (lambda m, x: torch.erfinv(torch.tanh(x)), (x45,)),
     "int_relu_clamp": (lambda m, i: torch.clamp(torch.relu(i - 4), max=3), (randint(9, 4, 5),)),
     # Matmul family.
     "mm": (lambda m, x, y: x @ y, (randn(4, 6), randn(6, 3))),
@@ -169,19 +173,21 @@ def test_operator_matches_eager(name):
         expected = module(*inputs)
     (actual,) = run_program(program, inputs)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
 def test_every_supported_operator_has_a_lowering():
     assert set(LOWERINGS) == set(SUPPORTED_OPS) - set(CONSTANT_ONLY)
 
 
-def decisions(module, inputs, **export_kwargs):
-    """{op name: [decision per node]} of KilnPartitioner.explain on the module's edge program."""
+def decisions(module, inputs, exclude_ops=None, **export_kwargs):
+    """{op name: [decision per node]} of KilnPartitioner(exclude_ops=exclude_ops).explain on the
+    module's edge program."""
     ep = torch.export.export(module, inputs, **export_kwargs)
     config = EdgeCompileConfig(_check_ir_validity=False)
     found = {}
-    for d in KilnPartitioner.explain(to_edge(ep, compile_config=config)):
+    partitioner = KilnPartitioner(exclude_ops=exclude_ops)
+    for d in partitioner.explain(to_edge(ep, compile_config=config)):
         found.setdefault(str(aten_op(d.node)), []).append(d)
     return found
 
@@ -192,8 +198,6 @@ def refused(found, op):
 
 
 @pytest.mark.parametrize("fn, inputs, op, reason", [
-    (lambda m, x: torch.erfinv(torch.tanh(x)), (x45,), "aten.erfinv.default",
-     "erfinv stays on ExecuTorch's CPU kernels"),
     (lambda m, x: torch.cumsum(x, 0), (x45,), "aten.cumsum.default",
      "not in Kiln's operator table"),
     (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),
@@ -220,6 +224,41 @@ def test_refused_operators_say_why(fn, inputs, op, reason):
     modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
+
+
+def test_excluded_erfinv_runs_on_the_cpu_between_two_partitions():
+    module = Fn(lambda m, x: torch.cos(torch.erfinv(torch.tanh(x))))
+    found = decisions(module, (x45,), exclude_ops=["aten.erfinv.default"])
+    assert refused(found, "aten.erfinv.default") == [
+        "aten.erfinv.default is excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"]
+    assert refused(decisions(module, (x45,)), "aten.erfinv.default") == []
+    program = lower(module, (x45,), exclude_ops=["aten::erfinv"]).exported_program()
+    assert [str(aten_op(n)) for n in not_delegated(program)] == ["aten.erfinv.default"]
+    assert len([n for n in program.graph.nodes if "call_delegate" in str(n.target)]) == 2
+    (actual,) = run_program(program, (x45,))
+    torch.testing.assert_close(actual, module(x45), atol=1e-5, rtol=1e-5)
+
+
+def test_excluded_operators_are_left_to_executorch_and_say_why():
+    module = Fn(lambda m, x: torch.cos(torch.tanh(x)) * 2)
+    found = decisions(module, (x45,), exclude_ops=["aten::cos"])
+    assert refused(found, "aten.cos.default") == [
+        "aten.cos.default is excluded by KilnPartitioner(exclude_ops=...); ExecuTorch runs it"]
+    assert refused(found, "aten.tanh.default") == refused(found, "aten.mul.Tensor") == []
+    program = lower(module, (x45,), exclude_ops=[torch.ops.aten.cos.default]).exported_program()
+    assert [str(aten_op(n)) for n in not_delegated(program)] == ["aten.cos.default"]
+    (actual,) = run_program(program, (x45,))
+    torch.testing.assert_close(actual, module(x45), atol=1e-5, rtol=1e-5)
+
+
+def test_an_excluded_name_that_is_no_operator_is_an_error():
+    with pytest.raises(ValueError, match="'aten::erfinv.no_such_overload' names no operator"):
+        lower(Fn(lambda m, x: torch.erfinv(x)), (x45,),
+              exclude_ops=["aten::erfinv.no_such_overload"])
+    with pytest.raises(ValueError, match="'aten::no_such_op' names no operator"):
+        lower(Fn(lambda m, x: torch.cos(x)), (x45,), exclude_ops=["aten::no_such_op"])
+    with pytest.raises(ValueError, match="'aten.cos.no_such_overload' names no operator"):
+        KilnPartitioner(exclude_ops=["aten.cos.no_such_overload"])
 
 
 def test_index_put_is_claimed_only_as_an_in_place_buffer_update():
