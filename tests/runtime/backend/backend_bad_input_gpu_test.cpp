@@ -208,7 +208,8 @@ TEST_F(BackendBadInput, BadBlobsFailInitWithTheirOwnError) {
   const std::vector<BlobRow> rows = {
       {"wrong magic", [](std::vector<uint8_t>& b) { b[0] = 'X'; }, et::Error::InvalidProgram,
        "not a Kiln engine blob"},
-      {"newer format version", [](std::vector<uint8_t>& b) { b[8] = 2; },
+      {"newer format version",
+       [](std::vector<uint8_t>& b) { b[8] = kiln::engine::blob::kFormatVersion + 1; },
        et::Error::DelegateInvalidCompatibility, "version"},
       {"truncated", [](std::vector<uint8_t>& b) { b.resize(b.size() / 2); }, et::Error::InvalidProgram,
        "Kiln blob"},
