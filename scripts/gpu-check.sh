@@ -14,9 +14,10 @@
 #       latency comparison with torch eager / torch.compile, and bench/roofline.py (the FFN block
 #       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
-#   scripts/gpu-check.sh sanitize
-#       on the GPU machine: compute-sanitizer memcheck over every staged program through kiln_runner
-#       and racecheck over the engine's reduction, softmax, layer-norm and KV-cache GPU tests.
+#   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
+#       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
+#       keys) through kiln_runner and over the engine's GPU tests (or those F selects), and
+#       racecheck over the engine's reduction, softmax, layer-norm and KV-cache GPU tests.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -79,10 +80,11 @@ prepare)
   ;;
 run|sanitize)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
-  compile=""; iterations=200; keys=""; profile=""
+  compile=""; iterations=200; keys=""; profile=""; gtest_filter="*"
   while [ $# -gt 0 ]; do
     case "$1" in
       --compile) compile="$2"; shift 2 ;;
+      --gtest-filter) gtest_filter="$2"; shift 2 ;;  # sanitize: the engine tests to run
       --iterations) iterations="$2"; shift 2 ;;
       --keys) keys="$2"; shift 2 ;;
       --profile) profile=1; shift ;;  # also kiln_runner --profile per program -> OUT/profiles.txt
@@ -107,7 +109,9 @@ run|sanitize)
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     runner="$stage/site/kiln_executorch/bin/kiln_runner"
     for pte in "$stage"/models/*.pte; do
-      name=$(basename "$pte" .pte); key=${name%_*}  # mlp_bf16 -> mlp: one input set per model
+      name=$(basename "$pte" .pte); base=${name%_device}
+      key=${base%_*}  # mlp_bf16(_device) -> mlp: one input set per model
+      [ -z "$keys" ] || [[ ",$keys," == *",$key,"* ]] || continue
       inputs=(); i=0  # in index order (input_10 after input_9), however many the model has
       while [ -e "$stage/models/${key}_input_$i.bin" ]; do
         inputs+=(--input "$i=$stage/models/${key}_input_$i.bin"); i=$((i + 1))
@@ -123,7 +127,7 @@ run|sanitize)
     # count that cudaMalloc failure as an error.)
     for name in engine_gpu_test state_gpu_test backend_variant_set_gpu_test; do
       "$cs" --tool memcheck --leak-check full --error-exitcode 99 "$stage/tests/$name" \
-        --gtest_filter='-*HugeArena*' \
+        --gtest_filter="$gtest_filter-*HugeArena*" \
         > "$out/memcheck_$name.log" 2>&1
       rc=$?; [ $rc -eq 0 ] || status=1
       echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1) $(grep -cE '^\[       OK \]' "$out/memcheck_$name.log") tests"
