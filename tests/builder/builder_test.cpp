@@ -18,6 +18,16 @@ using namespace kiln::builder::testing;
 using K = blob::BinaryKind;
 using U = blob::UnaryKind;
 
+// The passes after fusion, then the blob written and read back by the runtime's reader.
+void finish_and_read_back(Graph& g) {
+  bind_outputs(g);
+  compact(g);
+  plan_memory(g);
+  std::vector<uint8_t> bytes = write_blob(g);
+  std::string why;
+  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+}
+
 // Each arena root's [first writer, last reader] in op order, recomputed here independently.
 std::unordered_map<int64_t, std::pair<size_t, size_t>> lifetimes(const Graph& g) {
   std::unordered_map<int64_t, std::pair<size_t, size_t>> life;
@@ -289,12 +299,7 @@ TEST(Passes, MatmulResidualThenActivation) {
     EXPECT_EQ(g.ops[1].at("residual"), g.ops[0].out());
     EXPECT_EQ(g.ops[1].at("epilogue"), int64_t(blob::Epilogue::kRelu));
     EXPECT_EQ(g.root(g.outputs[0]), g.ops[1].out());
-    bind_outputs(g);
-    compact(g);
-    plan_memory(g);
-    std::vector<uint8_t> bytes = write_blob(g);
-    std::string why;
-    EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+    finish_and_read_back(g);
   }
 }
 
@@ -383,12 +388,7 @@ TEST(Precision, OneDtypeOpsNextToAFloat32OnlyOpKeepTheLowDtype) {
   EXPECT_EQ(g.ops[4].at("x"), e_low);
   EXPECT_EQ(g.ops[5].opcode, blob::Opcode::kCopy);
   EXPECT_EQ(g.tensors[size_t(g.outputs[0])].dtype, blob::DType::kFloat32);
-  bind_outputs(g);
-  compact(g);
-  plan_memory(g);
-  std::vector<uint8_t> bytes = write_blob(g);
-  std::string why;
-  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+  finish_and_read_back(g);
 }
 
 // A float32-only op reading a delegate input reads it as given: no cast is made for it.
@@ -424,12 +424,7 @@ TEST(Passes, MatmulEpilogueAndDeadOps) {
   ASSERT_EQ(g.ops.size(), 1u);
   EXPECT_EQ(g.ops[0].at("epilogue"), int64_t(blob::Epilogue::kGeluTanh));
   EXPECT_EQ(g.tensors[size_t(act)].alias_of, mm);
-  bind_outputs(g);
-  compact(g);
-  plan_memory(g);
-  std::vector<uint8_t> bytes = write_blob(g);
-  std::string why;
-  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+  finish_and_read_back(g);
   EXPECT_EQ(g.tensors.size(), 4u);   // x, w, mm (now the output), act; `dead` is gone
   EXPECT_EQ(g.arena_size, 0u);
 }
