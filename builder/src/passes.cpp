@@ -47,6 +47,16 @@ void eliminate_dead_ops(Graph& g) {
 
 namespace {
 
+// The one op that reads matmul `mm`'s result, or nullptr when the result is a delegate output or
+// has no reader or several: only then can an epilogue take that reader's place.
+const Op* sole_reader(const Graph& g, const Op& mm,
+                      const std::unordered_set<int64_t>& output_roots) {
+  const int64_t root = g.root(mm.out());
+  if (output_roots.count(root)) return nullptr;
+  auto rs = readers(g, root);
+  return rs.size() == 1 ? rs[0] : nullptr;
+}
+
 // Whether `strides` address `sizes` row-major without gaps or broadcast (a size-1 dimension's
 // stride never matters).
 bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
@@ -69,10 +79,8 @@ void fuse_matmul_residuals(Graph& g, const std::unordered_set<int64_t>& output_r
       continue;
     }
     const int64_t root = g.root(mm.out());
-    auto rs = readers(g, root);
-    if (output_roots.count(root) || rs.size() != 1) continue;
-    const Op* add = rs[0];
-    if (add->opcode != blob::Opcode::kBinary ||
+    const Op* add = sole_reader(g, mm, output_roots);
+    if (add == nullptr || add->opcode != blob::Opcode::kBinary ||
         add->at("kind") != int64_t(blob::BinaryKind::kAdd) || add->real("alpha") != 1.0 ||
         add->at("b") == kNoTensor) {
       continue;
@@ -113,11 +121,9 @@ void fuse_matmul_epilogues(Graph& g) {
     if (op.opcode != blob::Opcode::kMatmul || op.at("epilogue") != int64_t(blob::Epilogue::kNone)) {
       continue;
     }
-    int64_t root = g.root(op.out());
-    auto rs = readers(g, root);
-    if (output_roots.count(root) || rs.size() != 1) continue;
-    const Op* act = rs[0];
-    if (act->opcode != blob::Opcode::kUnary) continue;
+    const int64_t root = g.root(op.out());
+    const Op* act = sole_reader(g, op, output_roots);
+    if (act == nullptr || act->opcode != blob::Opcode::kUnary) continue;
     blob::Epilogue epilogue;
     switch (static_cast<blob::UnaryKind>(act->at("kind"))) {
       case blob::UnaryKind::kRelu: epilogue = blob::Epilogue::kRelu; break;
