@@ -1,0 +1,242 @@
+// Engine setup: Engine::create, and CudaEngine's device resources (weights, arena, staging
+// buffers, stream, library handles, program state) and one prepared Step per op, created at init
+// and released in the destructor.
+#include <cuda_runtime.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine/algo_cache.h"
+#include "runtime/engine/blob_reader.h"
+#include "runtime/engine/content_hash.h"
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/cuda_engine.h"
+#include "runtime/engine/device.h"
+#include "runtime/engine/fail.h"
+#include "runtime/engine/kernels/conv2d.cuh"
+#include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/profile.h"
+#include "runtime/engine/step.h"
+#include "runtime/engine/weight_cache.h"
+
+namespace kiln::engine {
+namespace {
+
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+// KILN_AUTOTUNE=1: time the library ops' candidate algorithms at init (kernels/autotune.cuh).
+bool autotune_enabled() {
+  const char* env = std::getenv("KILN_AUTOTUNE");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+// The algorithm cache's device key: what an algorithm choice depends on besides the blob (the
+// device model and the cuDNN, cuBLASLt and blob format versions).
+std::string algo_cache_key(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+  }
+  return "sm" + std::to_string(prop.major) + std::to_string(prop.minor) + "_" + prop.name +
+         "_cudnn" + std::to_string(cudnnGetVersion()) + "_cublaslt" +
+         std::to_string(cublasLtGetVersion()) + "_blob" + std::to_string(blob::kFormatVersion);
+}
+
+// Grid-stride kernels of 256 threads: 8 blocks fill an SM (2048 threads).
+constexpr int kBlocksPerSm = 8;
+
+bool has_opcode(const Graph& graph, blob::Opcode opcode) {
+  return std::any_of(graph.ops.begin(), graph.ops.end(),
+                     [&](const Op& op) { return op.opcode == opcode; });
+}
+
+}  // namespace
+
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+
+CudaEngine::~CudaEngine() {
+  if (state_ == nullptr) {
+    return;
+  }
+  ScopedDevice guard(device_);
+  // A run may still be in flight on a caller's stream: wait for it (by event, not a device-wide
+  // sync) before freeing what it uses.
+  if (last_stream_ != nullptr) {
+    cudaEventSynchronize(state_->done.get());
+  }
+  cudaStreamSynchronize(state_->stream.get());
+  if (profile_ != nullptr) profile::remove_engine(profile_.get());
+  state_.reset();
+  count_activation_bytes(-static_cast<int64_t>(activation_bytes_));
+}
+
+Error CudaEngine::init() {
+  KILN_TRY(check_device(device_));
+  ScopedDevice guard(device_);
+  KILN_TRY(guard.status());
+  auto s = std::make_unique<DeviceState>();
+  KILN_TRY(init_state(*s));  // reads the initial values from the blob's weights section
+
+  KILN_ASSIGN_OR_RETURN(s->weights, acquire_weights(graph_, device_));
+  graph_.weights = nullptr;  // borrowed from the caller's blob, which may be freed after create()
+  KILN_ASSIGN_OR_RETURN(s->arena,
+                        DeviceBuffer::allocate(graph_.arena_size, "the activation arena"));
+  for (int64_t id : graph_.inputs) {
+    s->input_staging.emplace_back();
+    KILN_ASSIGN_OR_RETURN(
+        s->input_staging.back(),
+        DeviceBuffer::allocate(graph_.tensors[id].nbytes, "an input staging buffer"));
+  }
+  for (int64_t id : graph_.outputs) {
+    s->output_staging.emplace_back();
+    KILN_ASSIGN_OR_RETURN(
+        s->output_staging.back(),
+        DeviceBuffer::allocate(graph_.tensors[id].nbytes, "an output staging buffer"));
+  }
+  cudaStream_t stream = nullptr;
+  KILN_TRY(cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), Error::Internal,
+                       "Kiln engine: cannot create a CUDA stream on device %d", device_));
+  s->stream.reset(stream);
+  cudaEvent_t done = nullptr;
+  KILN_TRY(cuda_status(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), Error::Internal,
+                       "Kiln engine: cannot create a CUDA event on device %d", device_));
+  s->done.reset(done);
+  if (has_opcode(graph_, blob::Opcode::kMatmul)) {
+    KILN_ASSIGN_OR_RETURN(s->lt, kernels::create_cublas_lt());
+  }
+  if (has_opcode(graph_, blob::Opcode::kConv2d)) {
+    KILN_ASSIGN_OR_RETURN(s->cudnn, kernels::create_cudnn());
+  }
+  has_range_checks_ = has_opcode(graph_, blob::Opcode::kEmbedding) ||
+                      has_opcode(graph_, blob::Opcode::kIndexPut);
+  if (has_range_checks_) {
+    KILN_ASSIGN_OR_RETURN(s->error_flag,
+                          DeviceBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));
+    KILN_ASSIGN_OR_RETURN(s->error_host,
+                          PinnedBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));
+  }
+
+  // Arena and weight tensors have fixed addresses; io tensors are bound per run.
+  tensor_ptrs_.assign(graph_.tensors.size(), nullptr);
+  std::vector<uint32_t> alignment(graph_.tensors.size(), 16);
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    const Tensor& t = graph_.tensors[i];
+    if (t.storage == blob::Storage::kArena && s->arena.get() != nullptr) {
+      tensor_ptrs_[i] = static_cast<char*>(s->arena.get()) + t.offset;
+    } else if (t.storage == blob::Storage::kWeight) {
+      tensor_ptrs_[i] = s->weights.pointer(i);
+    }
+    if (tensor_ptrs_[i] != nullptr) {
+      alignment[i] = alignment_of(tensor_ptrs_[i]);
+    }
+  }
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    if (graph_.tensors[i].storage == blob::Storage::kState) {
+      tensor_ptrs_[i] = state_ptrs_[i];
+      alignment[i] = alignment_of(tensor_ptrs_[i]);
+    }
+  }
+
+  size_t workspace = 0;
+  s->steps.reserve(graph_.ops.size());
+  AlgoCache algos = autotune_ && (s->cudnn != nullptr || s->lt != nullptr)
+                        ? AlgoCache(AlgoCache::default_dir(), algo_cache_key(device_), graph_hash_)
+                        : AlgoCache();
+  for (size_t i = 0; i < graph_.ops.size(); ++i) {
+    const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune_, algos,
+                          s->stream.get()};
+    std::unique_ptr<Step> step;
+    KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));
+    workspace = std::max(workspace, step->workspace_bytes());
+    s->steps.push_back(std::move(step));
+  }
+  std::string why;
+  if (!algos.save(&why)) {
+    ET_LOG(Info, "Kiln engine: could not save the algorithm cache (%s); the next load searches "
+           "again. Set KILN_CACHE_DIR to a writable directory, or KILN_CACHE_DIR=off.", why.c_str());
+  }
+  algo_cache_hits_ = algos.hits;
+  algo_cache_misses_ = algos.misses;
+  KILN_ASSIGN_OR_RETURN(s->workspace, DeviceBuffer::allocate(workspace, "the library workspace"));
+  max_blocks_ = multiprocessor_count(device_) * kBlocksPerSm;
+  // Program state (a KV cache) is counted here too: it is per engine, never shared.
+  activation_bytes_ = s->arena.size() + s->workspace.size() + s->error_flag.size() + s->state.size();
+  for (const auto& b : s->input_staging) activation_bytes_ += b.size();
+  for (const auto& b : s->output_staging) activation_bytes_ += b.size();
+  count_activation_bytes(static_cast<int64_t>(activation_bytes_));
+  state_ = std::move(s);
+  return Error::Ok;
+}
+
+// One device buffer holds every state, each 256-byte aligned, filled once from its initial value.
+// Records with the same offset are views of one state (blob_reader checked they agree).
+Error CudaEngine::init_state(DeviceState& s) {
+  std::vector<std::pair<uint64_t, uint64_t>> placed;  // weights offset -> offset in s.state
+  uint64_t total = 0;
+  for (const Tensor& t : graph_.tensors) {
+    if (t.storage != blob::Storage::kState ||
+        std::any_of(placed.begin(), placed.end(), [&](const auto& p) { return p.first == t.offset; })) {
+      continue;
+    }
+    placed.emplace_back(t.offset, total);
+    total += (t.nbytes + 255) / 256 * 256;
+  }
+  state_ptrs_.assign(graph_.tensors.size(), nullptr);
+  if (placed.empty()) {
+    return Error::Ok;
+  }
+  KILN_ASSIGN_OR_RETURN(s.state, DeviceBuffer::allocate(total, "the program state"));
+  char* base = static_cast<char*>(s.state.get());
+  for (size_t i = 0; i < graph_.tensors.size(); ++i) {
+    const Tensor& t = graph_.tensors[i];
+    if (t.storage != blob::Storage::kState) continue;
+    for (const auto& [offset, at] : placed) {
+      if (offset == t.offset) state_ptrs_[i] = base + at;
+    }
+  }
+  for (const auto& [offset, at] : placed) {
+    for (const Tensor& t : graph_.tensors) {
+      if (t.storage != blob::Storage::kState || t.offset != offset || t.nbytes == 0) continue;
+      KILN_TRY(cuda_status(
+          cudaMemcpy(base + at, graph_.weights + offset, t.nbytes, cudaMemcpyHostToDevice),
+          Error::Internal, "Kiln engine: uploading %llu bytes of initial state to device %d",
+          static_cast<unsigned long long>(t.nbytes), device_));
+      break;
+    }
+  }
+  return Error::Ok;
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index,
+                                               const WeightsView* external_weights) {
+  // The Graph's weights/weights_size point at whichever bytes apply; init() uploads them.
+  auto graph = read_blob(blob, nbytes, nullptr, external_weights);
+  if (!graph.ok()) {
+    return graph.error();
+  }
+  // The algorithm cache's key, needed only when autotuning: a hash of the graph sections (the
+  // algorithms depend on shapes and types, not on weight values).
+  const bool autotune = autotune_enabled();
+  Hash128 graph_hash;
+  if (autotune) {
+    blob::Header header{};
+    std::memcpy(&header, blob, sizeof(header));  // read_blob has checked it
+    graph_hash = content_hash(
+        blob, (header.flags & blob::kFlagExternalWeights) != 0 ? nbytes : header.weights_offset);
+  }
+  auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index, autotune,
+                                             graph_hash);
+  KILN_TRY(engine->init());
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+}  // namespace kiln::engine
