@@ -2,6 +2,7 @@
 build, fixture folder or tool is a failure that says how to get it, never a skip."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("KILN_BUILD_DIR", REPO / "build"))
 FIXTURES = Path(os.environ.get("KILN_FIXTURES", REPO.parent / "shared" / "fixtures"))
 TOOLS = REPO / "tools"
+INSTALL = BUILD / "install" / "kiln_executorch"
 sys.path.insert(0, str(TOOLS))
 
 
@@ -31,6 +33,21 @@ def runner() -> Path:
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     return require(FIXTURES, "the shared fixtures folder must sit beside the repository (../shared/fixtures)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The installed tree in the wheel's layout: kiln_executorch beside executorch (and the
+    nvidia-* libraries), so the library's RUNPATH resolves."""
+    require(INSTALL / "include" / "kiln" / "executorch" / "stream.h",
+            "cmake --install build --prefix build/install/kiln_executorch (scripts/setup.sh does it)")
+    packages = Path(list(importlib.util.find_spec("executorch").submodule_search_locations)[0]).parent
+    root = tmp_path_factory.mktemp("site")
+    shutil.copytree(INSTALL, root / "kiln_executorch", symlinks=True)
+    for name in ("executorch", "nvidia"):
+        if (packages / name).exists():
+            (root / name).symlink_to(packages / name)
+    return root
 
 
 def run(cmd: list, **kw) -> subprocess.CompletedProcess:

@@ -6,9 +6,10 @@
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/device_allocator.h>
 #include <executorch/runtime/platform/log.h>
+#include <kiln/executorch/stats.h>
+#include <kiln/executorch/version.h>
 
 #include "runtime/backend/kiln_backend.h"
-#include "runtime/backend/version.h"
 #include "runtime/device/cuda_allocator.h"
 #include "runtime/engine/engine.h"
 
@@ -39,13 +40,13 @@ const bool g_registered = register_everything();
 
 extern "C" {
 
-KILN_EXPORT int kiln_executorch_backend_registered() { return kiln::g_registered ? 1 : 0; }
-KILN_EXPORT const char* kiln_executorch_version() { return KILN_VERSION; }
-KILN_EXPORT const char* kiln_executorch_built_against() { return KILN_EXECUTORCH_BUILD_VERSION; }
+KILN_EXECUTORCH_API int kiln_executorch_backend_registered() { return kiln::g_registered ? 1 : 0; }
+KILN_EXECUTORCH_API const char* kiln_executorch_version() { return KILN_VERSION; }
+KILN_EXECUTORCH_API const char* kiln_executorch_built_against() { return KILN_EXECUTORCH_BUILD_VERSION; }
 
-KILN_EXPORT void kiln_executorch_copy_counters(uint64_t* host_to_device_bytes,
-                                               uint64_t* device_to_host_bytes,
-                                               uint64_t* executes) {
+KILN_EXECUTORCH_API void kiln_executorch_copy_counters(uint64_t* host_to_device_bytes,
+                                                       uint64_t* device_to_host_bytes,
+                                                       uint64_t* executes) {
   // Both places bytes cross: the engines' own staging of host bindings, and ExecuTorch's et_copy
   // kernels, which copy through Kiln's allocator around each delegate call.
   const kiln::engine::CopyCounters c = kiln::engine::copy_counters();

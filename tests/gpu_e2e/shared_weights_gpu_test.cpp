@@ -7,6 +7,8 @@
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <gtest/gtest.h>
+#include <kiln/executorch/stats.h>
+#include <kiln/executorch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +21,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "runtime/backend/version.h"
 
 namespace {
 

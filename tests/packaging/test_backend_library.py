@@ -110,7 +110,8 @@ def test_installed_layout_and_cmake_package():
                 "lib/libkiln_builder.so", "include/kiln/builder.h",
                 "lib/cmake/kiln_executorch/kiln_executorch-config.cmake",
                 "lib/cmake/kiln_executorch/kiln_executorch-config-version.cmake",
-                "include/kiln/executorch/stream.h"]:
+                "include/kiln/executorch/stream.h", "include/kiln/executorch/stats.h",
+                "include/kiln/executorch/version.h", "include/kiln/executorch/api.h"]:
         require(INSTALL / rel, "run scripts/setup.sh")
     for f in (INSTALL / "lib" / "cmake" / "kiln_executorch").iterdir():
         text = f.read_text()

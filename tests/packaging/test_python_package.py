@@ -87,6 +87,9 @@ def test_wheel_is_tagged_without_python_abi_and_carries_the_library_and_cmake_pa
     for want in ["kiln_executorch/__init__.py", "kiln_executorch/lib/libkiln_executorch_backend.so",
                  "kiln_executorch/lib/libkiln_device_copy_kernels.so",
                  "kiln_executorch/lib/libkiln_builder.so", "kiln_executorch/include/kiln/builder.h",
+                 "kiln_executorch/include/kiln/executorch/stats.h",
+                 "kiln_executorch/include/kiln/executorch/version.h",
+                 "kiln_executorch/include/kiln/executorch/api.h",
                  "kiln_executorch/aot/builder.py",
                  "kiln_executorch/lib/cmake/kiln_executorch/kiln_executorch-config.cmake"]:
         assert want in names, f"{want} not in {w.name}"

@@ -36,13 +36,9 @@
 // given to Kiln must be cudaMalloc'd memory on the delegate's device.
 #pragma once
 
-struct CUstream_st;  // cudaStream_t is CUstream_st*; this header does not need the CUDA headers
+#include <kiln/executorch/api.h>
 
-#if defined(__GNUC__)
-#define KILN_EXECUTORCH_API __attribute__((visibility("default")))
-#else
-#define KILN_EXECUTORCH_API
-#endif
+struct CUstream_st;  // cudaStream_t is CUstream_st*; this header does not need the CUDA headers
 
 #ifdef __cplusplus
 extern "C" {
