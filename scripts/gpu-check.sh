@@ -123,9 +123,11 @@ run|sanitize)
     done
     # The engine's own GPU tests under memcheck: every op family, program state and the
     # shape-specialised plans, including the error paths those tests provoke.
-    # (engine_gpu_test's HugeArena test runs the device out of memory on purpose: memcheck would
-    # count that cudaMalloc failure as an error.)
-    for name in engine_gpu_test state_gpu_test backend_variant_set_gpu_test; do
+    # (engine_executor_gpu_test's HugeArena test runs the device out of memory on purpose:
+    # memcheck would count that cudaMalloc failure as an error.)
+    for name in engine_copy_gpu_test engine_elementwise_gpu_test engine_matmul_conv_gpu_test \
+                engine_reduce_gpu_test engine_executor_gpu_test state_gpu_test \
+                backend_variant_set_gpu_test; do
       "$cs" --tool memcheck --leak-check full --error-exitcode 99 "$stage/tests/$name" \
         --gtest_filter="$gtest_filter-*HugeArena*" \
         > "$out/memcheck_$name.log" 2>&1
@@ -133,8 +135,8 @@ run|sanitize)
       echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1) $(grep -cE '^\[       OK \]' "$out/memcheck_$name.log") tests"
     done
     # The kernels that share memory between threads: softmax, layer norm, the reductions
-    # (engine_gpu_test) and the KV-cache row write (state_gpu_test).
-    for spec in "engine_gpu_test:*Softmax*:*Reduce*:*LayerNorm*:*Norm*" "state_gpu_test:*"; do
+    # (engine_reduce_gpu_test) and the KV-cache row write (state_gpu_test).
+    for spec in "engine_reduce_gpu_test:*" "state_gpu_test:*"; do
       t="$stage/tests/${spec%%:*}"
       "$cs" --tool racecheck --error-exitcode 99 "$t" --gtest_filter="${spec#*:}" \
         > "$out/racecheck_$(basename "$t").log" 2>&1

@@ -1,0 +1,413 @@
+// The library-backed and windowed ops on a GPU against a float64 host reference
+// (engine_gpu_fixture.h says how): matmul through cuBLASLt (transposes, batches, bias, residual
+// and activation epilogues, autotuned algorithms), conv2d through cuDNN (and its persistent
+// algorithm cache) and pool2d.
+#include "tests/runtime/engine/engine_gpu_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace kiln::engine::gpu_test {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Matmul.
+
+struct MatmulCase {
+  DType dtype = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  int64_t batch = 1, m, n, k;
+  bool trans_a = false, trans_b = false;
+  bool broadcast_b = false;
+  enum class Bias { kNone, kColumn, kRow, kFull } bias = Bias::kNone;
+  double alpha = 1.0, beta = 1.0;
+  blob::Epilogue epilogue = blob::Epilogue::kNone;
+  blob::Precision precision = blob::Precision::kFp32;
+  bool residual = false;  // an input of out's dtype and shape, added before the epilogue
+};
+
+void run_matmul(const MatmulCase& mc, const std::string& name) {
+  OneOp c;
+  c.b.precision = mc.precision;
+  const int64_t a_rows = mc.trans_a ? mc.k : mc.m, a_cols = mc.trans_a ? mc.m : mc.k;
+  const int64_t b_rows = mc.trans_b ? mc.n : mc.k, b_cols = mc.trans_b ? mc.k : mc.n;
+  const int64_t b_batches = mc.broadcast_b ? 1 : mc.batch;
+  const HostTensor a = random(mc.dtype, {mc.batch, a_rows, a_cols}, -1.0, 1.0);
+  const HostTensor b = random(mc.dtype, {b_batches, b_rows, b_cols}, -1.0, 1.0);
+  const int64_t ai = c.add_input(a), bi = c.add_input(b);
+  BlobBuilder::Matmul m;
+  m.a = ai, m.b = bi, m.batch = mc.batch, m.m = mc.m, m.n = mc.n, m.k = mc.k;
+  m.trans_a = mc.trans_a, m.trans_b = mc.trans_b;
+  m.a_batch_stride = a_rows * a_cols;
+  m.b_batch_stride = mc.broadcast_b ? 0 : b_rows * b_cols;
+  m.alpha = mc.alpha, m.beta = mc.beta, m.epilogue = mc.epilogue;
+  HostTensor bias{mc.out_dtype, {}, {}};
+  if (mc.bias != MatmulCase::Bias::kNone) {
+    const Sizes sizes = mc.bias == MatmulCase::Bias::kColumn ? Sizes{mc.n}
+                        : mc.bias == MatmulCase::Bias::kRow  ? Sizes{mc.m}
+                                                             : Sizes{mc.m, mc.n};
+    bias = random(mc.out_dtype, sizes, -1.0, 1.0);
+    const std::vector<uint8_t> bytes = bias.bytes();
+    m.bias = c.b.weight(mc.out_dtype, sizes, bytes.data());
+    m.bias_row_stride = mc.bias == MatmulCase::Bias::kColumn ? 0
+                        : mc.bias == MatmulCase::Bias::kRow  ? 1
+                                                             : mc.n;
+    m.bias_col_stride = mc.bias == MatmulCase::Bias::kRow ? 0 : 1;
+  }
+  HostTensor residual{mc.out_dtype, {}, {}};
+  if (mc.residual) {
+    residual = random(mc.out_dtype, {mc.batch, mc.m, mc.n}, -1.0, 1.0);
+    m.residual = c.add_input(residual);
+  }
+  m.out = c.b.output(mc.out_dtype, {mc.batch, mc.m, mc.n});
+  c.b.matmul(m);
+  const auto runs = run_three_ways(c.b, c.inputs);
+  std::vector<double> want(static_cast<size_t>(mc.batch * mc.m * mc.n));
+  for (int64_t g = 0; g < mc.batch; ++g) {
+    for (int64_t i = 0; i < mc.m; ++i) {
+      for (int64_t j = 0; j < mc.n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < mc.k; ++p) {
+          const double av = a.v[g * a_rows * a_cols + (mc.trans_a ? p * mc.m + i : i * mc.k + p)];
+          const int64_t bg = mc.broadcast_b ? 0 : g;
+          const double bv = b.v[bg * b_rows * b_cols + (mc.trans_b ? j * mc.k + p : p * mc.n + j)];
+          acc += av * bv;
+        }
+        double v = mc.alpha * acc;
+        if (mc.bias != MatmulCase::Bias::kNone) {
+          v += mc.beta * bias.v[i * m.bias_row_stride + j * m.bias_col_stride];
+        }
+        if (mc.residual) v += residual.v[(g * mc.m + i) * mc.n + j];
+        v = mc.epilogue == blob::Epilogue::kNone ? v
+            : mc.epilogue == blob::Epilogue::kRelu
+                ? std::max(v, 0.0)
+                : unary_ref(mc.epilogue == blob::Epilogue::kGeluErf ? UnaryKind::kGeluErf
+                                                                    : UnaryKind::kGeluTanh,
+                            v, 0, 0);
+        want[(g * mc.m + i) * mc.n + j] = v;
+      }
+    }
+  }
+  // Accumulation error grows with sqrt(K) for inputs in [-1, 1]; TF32 keeps 10 mantissa bits.
+  Tol tol = tol_for(mc.dtype == DType::kFloat32 ? mc.out_dtype : mc.dtype,
+                    std::sqrt(static_cast<double>(std::max<int64_t>(mc.k, 1))) * 4);
+  if (mc.precision == blob::Precision::kTf32) tol = {2e-3 * std::sqrt(double(mc.k)), 2e-3};
+  expect_output(runs, 0, want, tol, name);
+}
+
+TEST_F(EngineGpu, MatmulTransposeVariantsAndAwkwardSizes) {
+  for (int t = 0; t < 4; ++t) {
+    MatmulCase mc;
+    mc.m = 5, mc.n = 7, mc.k = 3, mc.trans_a = t & 1, mc.trans_b = t & 2;
+    run_matmul(mc, "f32 5x7x3 trans " + std::to_string(t));
+    mc.m = 17, mc.n = 33, mc.k = 65;
+    run_matmul(mc, "f32 17x33x65 trans " + std::to_string(t));
+  }
+  MatmulCase one;
+  one.m = 1, one.n = 1, one.k = 1;
+  run_matmul(one, "f32 1x1x1");
+  MatmulCase alpha;
+  alpha.m = 8, alpha.n = 8, alpha.k = 8, alpha.alpha = 0.5;
+  run_matmul(alpha, "alpha 0.5");
+}
+
+TEST_F(EngineGpu, MatmulBatchedWithBroadcastB) {
+  MatmulCase mc;
+  mc.batch = 3, mc.m = 9, mc.n = 6, mc.k = 10, mc.broadcast_b = true;
+  run_matmul(mc, "batch 3, b broadcast");
+  mc.broadcast_b = false, mc.trans_b = true;
+  run_matmul(mc, "batch 3, b transposed");
+}
+
+TEST_F(EngineGpu, MatmulBiasAndEpilogues) {
+  using Bias = MatmulCase::Bias;
+  const blob::Epilogue epilogues[] = {blob::Epilogue::kNone, blob::Epilogue::kRelu,
+                                      blob::Epilogue::kGeluErf, blob::Epilogue::kGeluTanh};
+  for (blob::Epilogue e : epilogues) {
+    for (Bias bias : {Bias::kNone, Bias::kColumn, Bias::kRow, Bias::kFull}) {
+      MatmulCase mc;
+      mc.batch = 2, mc.m = 12, mc.n = 20, mc.k = 16, mc.bias = bias, mc.epilogue = e;
+      mc.beta = bias == Bias::kColumn ? 1.0 : 0.5;  // column bias with beta 1: fused in cuBLASLt
+      run_matmul(mc, "epilogue " + std::to_string(static_cast<int>(e)) + " bias " +
+                         std::to_string(static_cast<int>(bias)));
+    }
+  }
+  MatmulCase scaled_column;
+  scaled_column.m = 4, scaled_column.n = 4, scaled_column.k = 4;
+  scaled_column.bias = Bias::kColumn, scaled_column.beta = 2.0;
+  run_matmul(scaled_column, "column bias with beta 2 (separate pass)");
+}
+
+// The residual is cuBLASLt's C (beta 1) whatever else the op does: bias in cuBLASLt's epilogue or
+// in the pass after it, activation in either, batched, bf16, K = 0 (out is the residual).
+TEST_F(EngineGpu, MatmulResidualIsAddedBeforeTheEpilogue) {
+  using Bias = MatmulCase::Bias;
+  const std::tuple<Bias, double, blob::Epilogue, const char*> cases[] = {
+      {Bias::kNone, 1.0, blob::Epilogue::kNone, "plain"},
+      {Bias::kColumn, 1.0, blob::Epilogue::kRelu, "column bias relu (all in cuBLASLt)"},
+      {Bias::kColumn, 1.0, blob::Epilogue::kGeluTanh, "column bias gelu tanh"},
+      {Bias::kFull, 0.5, blob::Epilogue::kGeluErf, "full bias gelu erf (pass after)"},
+      {Bias::kRow, 1.0, blob::Epilogue::kNone, "row bias (pass after)"},
+  };
+  for (const auto& [bias, beta, epilogue, what] : cases) {
+    MatmulCase mc;
+    mc.batch = 2, mc.m = 12, mc.n = 20, mc.k = 16, mc.trans_b = true;
+    mc.bias = bias, mc.beta = beta, mc.epilogue = epilogue, mc.residual = true;
+    run_matmul(mc, std::string("f32 residual, ") + what);
+    mc.dtype = mc.out_dtype = DType::kBFloat16;
+    run_matmul(mc, std::string("bf16 residual, ") + what);
+  }
+  MatmulCase empty;
+  empty.m = 3, empty.n = 5, empty.k = 0, empty.bias = Bias::kColumn, empty.residual = true;
+  empty.epilogue = blob::Epilogue::kRelu;
+  run_matmul(empty, "K = 0: relu(bias + residual)");
+}
+
+// KILN_AUTOTUNE=1: the timed algorithm choices (fresh, then from the cache) compute right too,
+// batched, transposed, with the bias in cuBLASLt's epilogue, in fp32 and bf16.
+TEST_F(EngineGpu, MatmulAutotunedChoicesAreCorrect) {
+  char dir[] = "/tmp/kiln_algo_cache_mm_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  ASSERT_EQ(setenv("KILN_AUTOTUNE", "1", 1), 0);
+  for (int pass = 0; pass < 2; ++pass) {  // timed, then read back from the cache
+    MatmulCase mc;
+    mc.batch = 3, mc.m = 64, mc.n = 96, mc.k = 128, mc.trans_b = true;
+    mc.bias = MatmulCase::Bias::kColumn, mc.epilogue = blob::Epilogue::kRelu;
+    run_matmul(mc, "f32 batched, bias relu, pass " + std::to_string(pass));
+    mc.dtype = mc.out_dtype = DType::kBFloat16;
+    run_matmul(mc, "bf16 batched, bias relu, pass " + std::to_string(pass));
+    mc.residual = true;
+    run_matmul(mc, "bf16 batched, bias residual relu, pass " + std::to_string(pass));
+  }
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 3u);  // one per blob
+  std::filesystem::remove_all(dir);
+  unsetenv("KILN_AUTOTUNE");
+  unsetenv("KILN_CACHE_DIR");
+}
+
+TEST_F(EngineGpu, MatmulHalfBFloat16AndTf32) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    MatmulCase mc;
+    mc.dtype = mc.out_dtype = dtype;
+    mc.m = 33, mc.n = 17, mc.k = 64, mc.bias = MatmulCase::Bias::kColumn;
+    mc.epilogue = blob::Epilogue::kRelu;
+    run_matmul(mc, std::string(dtype_name(dtype)) + " bias relu");
+    mc.out_dtype = DType::kFloat32;
+    mc.bias = MatmulCase::Bias::kNone;
+    run_matmul(mc, std::string(dtype_name(dtype)) + " -> Float32");
+  }
+  MatmulCase tf32;
+  tf32.m = 64, tf32.n = 64, tf32.k = 64, tf32.precision = blob::Precision::kTf32;
+  run_matmul(tf32, "tf32");
+}
+
+TEST_F(EngineGpu, MatmulWithEmptyInnerDimensionIsBiasOnly) {
+  MatmulCase mc;
+  mc.m = 3, mc.n = 5, mc.k = 0, mc.bias = MatmulCase::Bias::kColumn, mc.beta = 1.0;
+  mc.epilogue = blob::Epilogue::kRelu;
+  run_matmul(mc, "K = 0 with bias");
+  mc.bias = MatmulCase::Bias::kNone;
+  run_matmul(mc, "K = 0 without bias");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conv2d.
+
+struct ConvCase {
+  int64_t n, c_in, h, w, c_out, kh, kw;
+  int64_t stride = 1, pad_h = 0, pad_w = 0, dil = 1, groups = 1;
+  bool bias = true;
+};
+
+void run_conv(const ConvCase& cc, DType dtype, const std::string& name) {
+  OneOp c;
+  BlobBuilder::Conv2d conv;
+  conv.n = cc.n, conv.c_in = cc.c_in, conv.h = cc.h, conv.w = cc.w, conv.c_out = cc.c_out;
+  conv.kh = cc.kh, conv.kw = cc.kw, conv.stride_h = conv.stride_w = cc.stride;
+  conv.pad_h = cc.pad_h, conv.pad_w = cc.pad_w, conv.dil_h = conv.dil_w = cc.dil;
+  conv.groups = cc.groups;
+  const int64_t cig = cc.c_in / cc.groups, cog = cc.c_out / cc.groups;
+  const HostTensor x = random(dtype, {cc.n, cc.c_in, cc.h, cc.w}, -1.0, 1.0);
+  const HostTensor wt = random(dtype, {cc.c_out, cig, cc.kh, cc.kw}, -1.0, 1.0);
+  const HostTensor bias = random(dtype, {cc.c_out}, -1.0, 1.0);
+  conv.x = c.add_input(x);
+  const std::vector<uint8_t> w_bytes = wt.bytes(), b_bytes = bias.bytes();
+  conv.weight = c.b.weight(dtype, wt.sizes, w_bytes.data());
+  if (cc.bias) conv.bias = c.b.weight(dtype, bias.sizes, b_bytes.data());
+  const int64_t ho = conv.h_out(), wo = conv.w_out();
+  conv.out = c.b.output(dtype, {cc.n, cc.c_out, ho, wo});
+  c.b.conv2d(conv);
+  const auto runs = run_three_ways(c.b, c.inputs);
+  std::vector<double> want(static_cast<size_t>(cc.n * cc.c_out * ho * wo));
+  for_each_index({cc.n, cc.c_out, ho, wo}, [&](int64_t i, const Sizes& id) {
+    const int64_t g = id[1] / cog;
+    double acc = cc.bias ? bias.v[id[1]] : 0.0;
+    for (int64_t ci = 0; ci < cig; ++ci) {
+      for (int64_t ky = 0; ky < cc.kh; ++ky) {
+        for (int64_t kx = 0; kx < cc.kw; ++kx) {
+          const int64_t iy = id[2] * cc.stride - cc.pad_h + ky * cc.dil;
+          const int64_t ix = id[3] * cc.stride - cc.pad_w + kx * cc.dil;
+          if (iy < 0 || iy >= cc.h || ix < 0 || ix >= cc.w) continue;
+          acc += x.v[((id[0] * cc.c_in + g * cig + ci) * cc.h + iy) * cc.w + ix] *
+                 wt.v[((id[1] * cig + ci) * cc.kh + ky) * cc.kw + kx];
+        }
+      }
+    }
+    want[i] = acc;
+  });
+  expect_output(runs, 0, want, tol_for(dtype, std::sqrt(double(cig * cc.kh * cc.kw)) * 4), name);
+}
+
+TEST_F(EngineGpu, Conv2dStridedDilatedGroupedDepthwise) {
+  const std::pair<ConvCase, const char*> cases[] = {
+      {{1, 3, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, true}, "3x3 pad 1"},
+      {{2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 1, true}, "stride 2, N 2"},
+      {{1, 2, 12, 12, 3, 3, 3, 1, 2, 2, 2, 1, false}, "dilation 2"},
+      {{1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 4, true}, "depthwise"},
+      {{1, 4, 7, 7, 6, 3, 3, 1, 0, 0, 1, 2, true}, "groups 2"},
+      {{1, 8, 5, 5, 3, 1, 1, 1, 0, 0, 1, 1, true}, "1x1"},
+      {{1, 2, 6, 7, 2, 3, 1, 1, 1, 0, 1, 1, true}, "3x1 kernel, pad (1, 0)"},
+  };
+  for (const auto& [cc, name] : cases) {
+    run_conv(cc, DType::kFloat32, std::string("f32 ") + name);
+  }
+  run_conv(cases[0].first, DType::kFloat16, "f16 3x3 pad 1");
+  run_conv(cases[3].first, DType::kBFloat16, "bf16 depthwise");
+}
+
+// With KILN_AUTOTUNE=1 the fastest algorithm is timed once per blob and device kind, then read
+// from the persistent algorithm cache: a second load searches nothing and computes the same bytes;
+// a damaged cache file is searched again and rewritten; KILN_CACHE_DIR=off writes nothing; without
+// autotuning nothing is searched or written.
+TEST_F(EngineGpu, Conv2dAlgorithmsAreRememberedAcrossLoads) {
+  char dir[] = "/tmp/kiln_algo_cache_gpu_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  ASSERT_EQ(setenv("KILN_AUTOTUNE", "1", 1), 0);
+  OneOp c;
+  BlobBuilder::Conv2d conv;
+  conv.n = 1, conv.c_in = 16, conv.h = 28, conv.w = 28, conv.c_out = 32, conv.kh = conv.kw = 3;
+  conv.stride_h = conv.stride_w = 1, conv.pad_h = conv.pad_w = 1, conv.dil_h = conv.dil_w = 1;
+  conv.groups = 1;
+  const HostTensor x = random(DType::kFloat32, {1, 16, 28, 28}, -1.0, 1.0);
+  const HostTensor wt = random(DType::kFloat32, {32, 16, 3, 3}, -1.0, 1.0);
+  conv.x = c.add_input(x);
+  const std::vector<uint8_t> w_bytes = wt.bytes();
+  conv.weight = c.b.weight(DType::kFloat32, wt.sizes, w_bytes.data());
+  conv.out = c.b.output(DType::kFloat32, {1, 32, 28, 28});
+  c.b.conv2d(conv);
+  const std::vector<uint8_t> blob = c.b.build();
+
+  auto load = [&](size_t want_cached, size_t want_searched, const char* what) {
+    auto engine = Engine::create(blob.data(), blob.size());
+    EXPECT_TRUE(engine.ok()) << what << "\n" << g_log;
+    if (!engine.ok()) return Outputs{};
+    const Engine::AlgoChoices choices = engine.get()->algo_choices();
+    EXPECT_EQ(choices.from_cache, want_cached) << what;
+    EXPECT_EQ(choices.searched, want_searched) << what;
+    return run_host(*engine.get(), c.inputs);
+  };
+  const Outputs searched = load(0, 1, "first load");
+  const Outputs cached = load(1, 0, "second load");
+  ASSERT_EQ(searched.size(), 1u);
+  ASSERT_EQ(cached.size(), 1u);
+  EXPECT_EQ(searched[0].v, cached[0].v);
+
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::ofstream(files[0], std::ios::trunc) << "not a cache file\n";
+  load(0, 1, "after the file was damaged");
+  load(1, 0, "after it was rewritten");
+
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", "off", 1), 0);
+  load(0, 1, "cache off");
+  load(0, 1, "cache off, again");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+
+  ASSERT_EQ(setenv("KILN_CACHE_DIR", dir, 1), 0);
+  unsetenv("KILN_AUTOTUNE");
+  const Outputs heuristic = load(0, 0, "autotuning off");
+  ASSERT_EQ(heuristic.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  unsetenv("KILN_CACHE_DIR");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pool2d.
+
+void run_pool(BlobBuilder::Pool2d p, DType dtype, const std::string& name) {
+  OneOp c;
+  const HostTensor x = random(dtype, {p.n, p.c, p.h, p.w});
+  p.x = c.add_input(x);
+  const int64_t ho = p.h_out(), wo = p.w_out();
+  p.out = c.b.output(dtype, {p.n, p.c, ho, wo});
+  c.b.pool2d(p);
+  const auto runs = run_three_ways(c.b, c.inputs);
+  std::vector<double> want(static_cast<size_t>(p.n * p.c * ho * wo));
+  for_each_index({p.n * p.c, ho, wo}, [&](int64_t i, const Sizes& id) {
+    const double* plane = x.v.data() + id[0] * p.h * p.w;
+    if (p.kind == blob::PoolKind::kMax) {
+      double best = -kInf;
+      for (int64_t ky = 0; ky < p.kh; ++ky) {
+        for (int64_t kx = 0; kx < p.kw; ++kx) {
+          const int64_t iy = id[1] * p.stride_h - p.pad_h + ky * p.dil_h;
+          const int64_t ix = id[2] * p.stride_w - p.pad_w + kx * p.dil_w;
+          if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
+            best = std::max(best, plane[iy * p.w + ix]);
+        }
+      }
+      want[i] = best;
+    } else {
+      int64_t h0 = id[1] * p.stride_h - p.pad_h, w0 = id[2] * p.stride_w - p.pad_w;
+      int64_t h1 = std::min(h0 + p.kh, p.h + p.pad_h), w1 = std::min(w0 + p.kw, p.w + p.pad_w);
+      const int64_t padded = (h1 - h0) * (w1 - w0);
+      h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
+      h1 = std::min(h1, p.h), w1 = std::min(w1, p.w);
+      double sum = 0;
+      for (int64_t iy = h0; iy < h1; ++iy)
+        for (int64_t ix = w0; ix < w1; ++ix) sum += plane[iy * p.w + ix];
+      want[i] = sum / static_cast<double>(p.count_include_pad ? padded : (h1 - h0) * (w1 - w0));
+    }
+  });
+  expect_output(runs, 0, want, tol_for(dtype, 2), name);
+}
+
+TEST_F(EngineGpu, Pool2dMaxAndAverage) {
+  BlobBuilder::Pool2d p;
+  p.n = 2, p.c = 3, p.h = 11, p.w = 9, p.kh = 3, p.kw = 3, p.stride_h = 2, p.stride_w = 2;
+  p.pad_h = 1, p.pad_w = 1;
+  run_pool(p, DType::kFloat32, "max 3x3 s2 p1");
+  run_pool(p, DType::kFloat16, "f16 max 3x3 s2 p1");
+  BlobBuilder::Pool2d dil = p;
+  dil.dil_h = 2, dil.dil_w = 2, dil.pad_h = 0, dil.pad_w = 0;
+  run_pool(dil, DType::kFloat32, "max dilated");
+  BlobBuilder::Pool2d ceil = p;
+  ceil.ceil_mode = true, ceil.pad_h = 0, ceil.pad_w = 0, ceil.h = 10, ceil.w = 10;
+  run_pool(ceil, DType::kFloat32, "max ceil_mode");
+  for (bool include : {true, false}) {
+    BlobBuilder::Pool2d avg = p;
+    avg.kind = blob::PoolKind::kAvg, avg.count_include_pad = include;
+    run_pool(avg, DType::kFloat32, std::string("avg count_include_pad ") + (include ? "1" : "0"));
+    avg.ceil_mode = true;
+    run_pool(avg, DType::kBFloat16,
+             std::string("bf16 avg ceil count_include_pad ") + (include ? "1" : "0"));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::engine::gpu_test

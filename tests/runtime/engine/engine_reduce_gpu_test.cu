@@ -1,0 +1,160 @@
+// The ops that reduce along an axis, on a GPU against a float64 host reference
+// (engine_gpu_fixture.h says how): softmax, layer norm and the reductions. Their kernels share
+// memory between threads, so gpu-check.sh sanitize also runs this binary under racecheck.
+#include "tests/runtime/engine/engine_gpu_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::engine::gpu_test {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Softmax, layer norm, reduce.
+
+TEST_F(EngineGpu, SoftmaxRowsColumnsAndLog) {
+  struct Case {
+    int64_t outer, dim, inner;
+  };
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (const Case& sc : {Case{7, 10, 1}, Case{3, 3000, 1}, Case{2, 5, 7}, Case{1, 1, 1}}) {
+      for (bool is_log : {false, true}) {
+        OneOp c;
+        HostTensor x = random(dtype, {sc.outer, sc.dim, sc.inner}, -4.0, 4.0);
+        if (sc.dim > 2) x.v[1] = -kInf;  // a masked element
+        const int64_t xi = c.add_input(x);
+        const int64_t out = c.b.output(dtype, {sc.outer, sc.dim, sc.inner});
+        c.b.softmax(xi, out, sc.outer, sc.dim, sc.inner, is_log);
+        const auto runs = run_three_ways(c.b, c.inputs);
+        std::vector<double> want(x.v.size());
+        for (int64_t o = 0; o < sc.outer; ++o) {
+          for (int64_t in = 0; in < sc.inner; ++in) {
+            double mx = -kInf, sum = 0;
+            for (int64_t d = 0; d < sc.dim; ++d)
+              mx = std::max(mx, x.v[(o * sc.dim + d) * sc.inner + in]);
+            for (int64_t d = 0; d < sc.dim; ++d)
+              sum += std::exp(x.v[(o * sc.dim + d) * sc.inner + in] - mx);
+            for (int64_t d = 0; d < sc.dim; ++d) {
+              const size_t i = static_cast<size_t>((o * sc.dim + d) * sc.inner + in);
+              want[i] = is_log ? x.v[i] - mx - std::log(sum) : std::exp(x.v[i] - mx) / sum;
+            }
+          }
+        }
+        // Probabilities are small: hold them to a relative tolerance.
+        const Tol tol = dtype == DType::kFloat32 ? Tol{1e-7, 1e-5} : Tol{1e-6, 2e-3};
+        expect_output(runs, 0, want, tol,
+                      std::string(dtype_name(dtype)) + (is_log ? " log_softmax " : " softmax ") +
+                          std::to_string(sc.outer) + "x" + std::to_string(sc.dim) + "x" +
+                          std::to_string(sc.inner));
+      }
+    }
+  }
+}
+
+TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t cols : {16, 3000, 1}) {
+      for (bool affine : {true, false}) {
+        OneOp c;
+        const int64_t rows = 5;
+        const HostTensor x = random(dtype, {rows, cols}, -3.0, 5.0);
+        const HostTensor w = random(DType::kFloat32, {cols});
+        const HostTensor bias = random(dtype, {cols});
+        const int64_t xi = c.add_input(x);
+        const std::vector<uint8_t> wb = w.bytes(), bb = bias.bytes();
+        const int64_t wi = affine ? c.b.weight(DType::kFloat32, {cols}, wb.data()) : -1;
+        const int64_t bi = affine ? c.b.weight(dtype, {cols}, bb.data()) : -1;
+        const int64_t out = c.b.output(dtype, {rows, cols});
+        c.b.layer_norm(xi, wi, bi, out, rows, cols, 1e-5);
+        const auto runs = run_three_ways(c.b, c.inputs);
+        std::vector<double> want(x.v.size());
+        for (int64_t r = 0; r < rows; ++r) {
+          double mean = 0, var = 0;
+          for (int64_t k = 0; k < cols; ++k) mean += x.v[r * cols + k];
+          mean /= static_cast<double>(cols);
+          for (int64_t k = 0; k < cols; ++k) var += std::pow(x.v[r * cols + k] - mean, 2);
+          var /= static_cast<double>(cols);
+          for (int64_t k = 0; k < cols; ++k) {
+            double y = (x.v[r * cols + k] - mean) / std::sqrt(var + 1e-5);
+            if (affine) y = y * w.v[k] + bias.v[k];
+            want[r * cols + k] = y;
+          }
+        }
+        expect_output(runs, 0, want, tol_for(dtype, 20),
+                      std::string(dtype_name(dtype)) + " layer_norm cols " + std::to_string(cols) +
+                          (affine ? " affine" : ""));
+      }
+    }
+  }
+}
+
+TEST_F(EngineGpu, ReduceEveryKindRowsAndColumns) {
+  struct Case {
+    int64_t outer, reduce, inner;
+  };
+  const blob::ReduceKind kinds[] = {blob::ReduceKind::kSum, blob::ReduceKind::kMean,
+                                    blob::ReduceKind::kAmax, blob::ReduceKind::kAmin,
+                                    blob::ReduceKind::kAny};
+  for (const Case& rc : {Case{3, 50, 1}, Case{2, 40, 6}, Case{2, 5000, 1}, Case{4, 1, 3}}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt64, DType::kBool}) {
+      OneOp c;
+      const HostTensor x =
+          dtype == DType::kBool    ? random_int(dtype, {rc.outer, rc.reduce, rc.inner}, 0, 1)
+          : dtype == DType::kInt64 ? random_int(dtype, {rc.outer, rc.reduce, rc.inner}, -99, 99)
+                                   : random(dtype, {rc.outer, rc.reduce, rc.inner});
+      const int64_t xi = c.add_input(x);
+      std::vector<DType> out_dtypes;
+      for (blob::ReduceKind kind : kinds) {
+        const DType od = kind == blob::ReduceKind::kAny    ? DType::kBool
+                         : kind == blob::ReduceKind::kMean ? DType::kFloat32
+                         : dtype == DType::kBool           ? DType::kInt64
+                                                           : dtype;
+        out_dtypes.push_back(od);
+        c.b.reduce(kind, xi, c.b.output(od, {rc.outer, rc.inner}), rc.outer, rc.reduce, rc.inner);
+      }
+      const auto runs = run_three_ways(c.b, c.inputs);
+      for (size_t k = 0; k < std::size(kinds); ++k) {
+        std::vector<double> want(static_cast<size_t>(rc.outer * rc.inner));
+        for (int64_t o = 0; o < rc.outer; ++o) {
+          for (int64_t in = 0; in < rc.inner; ++in) {
+            double sum = 0, mx = -kInf, mn = kInf, any = 0;
+            for (int64_t r = 0; r < rc.reduce; ++r) {
+              const double v = x.v[(o * rc.reduce + r) * rc.inner + in];
+              sum += v, mx = std::max(mx, v), mn = std::min(mn, v), any = any || v != 0;
+            }
+            const double vals[] = {sum, sum / static_cast<double>(rc.reduce), mx, mn, any};
+            want[o * rc.inner + in] = round_to(out_dtypes[k], vals[k]);
+          }
+        }
+        const Tol tol = out_dtypes[k] == DType::kFloat16   ? tol_for(DType::kFloat16, 40)
+                        : out_dtypes[k] == DType::kFloat32 ? tol_for(DType::kFloat32, 100)
+                                                           : Tol{0, 0};
+        expect_output(runs, k, want, tol,
+                      std::string(dtype_name(dtype)) + " reduce kind " + std::to_string(k) +
+                          " shape " + std::to_string(rc.outer) + "x" + std::to_string(rc.reduce) +
+                          "x" + std::to_string(rc.inner));
+      }
+    }
+  }
+}
+
+TEST_F(EngineGpu, ReduceOverAnEmptyAxis) {
+  OneOp c;
+  const HostTensor x = random(DType::kFloat32, {3, 0});
+  const int64_t xi = c.add_input(x);
+  c.b.reduce(blob::ReduceKind::kSum, xi, c.b.output(DType::kFloat32, {3}), 3, 0, 1);
+  c.b.reduce(blob::ReduceKind::kMean, xi, c.b.output(DType::kFloat32, {3}), 3, 0, 1);
+  c.b.reduce(blob::ReduceKind::kAny, xi, c.b.output(DType::kBool, {3}), 3, 0, 1);
+  const auto runs = run_three_ways(c.b, c.inputs);
+  expect_output(runs, 0, {0, 0, 0}, {0, 0}, "sum over nothing");
+  expect_output(runs, 1, {kNan, kNan, kNan}, {0, 0}, "mean over nothing");
+  expect_output(runs, 2, {0, 0, 0}, {0, 0}, "any over nothing");
+}
+
+}  // namespace
+}  // namespace kiln::engine::gpu_test
