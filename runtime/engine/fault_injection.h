@@ -1,6 +1,7 @@
 // Test-only fault injection into the engine's launch path. It exists only in the test variants of
 // the engine and backend libraries (kiln_engine_fault_injection, kiln_executorch_backend_fault_injection),
-// which compile engine.cu with KILN_ENGINE_FAULT_INJECTION; the shipped libraries contain none of it.
+// which compile the engine with KILN_ENGINE_FAULT_INJECTION (engine_execute.cu and engine_graph.cu
+// act on it); the shipped libraries contain none of it.
 //
 // An armed op does not enqueue its own work: a kernel launch that CUDA rejects takes its place, so
 // the executor's ordinary launch check (cudaGetLastError after each op) sees a real launch error

@@ -1,3 +1,8 @@
+// The elementwise families of elementwise.cuh: kBinary, kUnary, kWhere and kFusedElementwise.
+// One file of about 550 lines, on purpose: the four steps share the host-side helpers at its top,
+// and the fused step must stay the exact composition of the other three (the same device math of
+// elementwise_math.cuh, the same rounding after each step, so its output is bit-identical to the
+// unfused chain), which is checked most easily with all four side by side.
 #include "runtime/engine/kernels/elementwise.cuh"
 
 #include <cmath>
