@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 from kiln_executorch.aot import export, read_delegates  # noqa: E402
 from kiln_executorch.aot.blob_format import Storage  # noqa: E402
-from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
+from kiln_testing.blob_reader import read_blob  # noqa: E402
 
 IN_FEATURES, HIDDEN, OUT_FEATURES, BATCH = 512, 1024, 128, 4
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kiln_executorch.aot import read_delegates, read_operators
-from kiln_executorch.aot.blob_reader import read_variant_set
+from kiln_testing.blob_reader import read_variant_set
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -97,6 +97,17 @@ def test_wheel_is_tagged_without_python_abi_and_carries_the_library_and_cmake_pa
     assert "Requires-Dist: executorch==" in meta
 
 
+def test_wheel_ships_the_operator_table_but_not_the_test_helpers():
+    whl = zipfile.ZipFile(wheel())
+    names = whl.namelist()
+    assert "kiln_executorch/aot/ops/__init__.py" in names
+    # The reference interpreter and the Python blob reader (python/kiln_testing) are for tests and
+    # tools only, and nothing shipped imports them.
+    assert not [n for n in names if "kiln_testing" in n or n.endswith(("reference.py",
+                                                                          "blob_reader.py"))]
+    assert not [n for n in names if n.endswith(".py") and b"kiln_testing" in whl.read(n)]
+
+
 def test_wheel_installs_into_a_fresh_venv_and_imports(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)

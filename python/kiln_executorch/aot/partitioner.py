@@ -25,7 +25,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .lowering import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
+from .backend import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
 from .dynamic import is_sym_node, node_symbols, variant_count
 from .supported_ops import CONSTANT_ONLY, STATE_UPDATES, VIEWS, aten_op, check_node
 
@@ -224,7 +224,7 @@ class KilnPartitioner(Partitioner):
         # placeholder joins the partition, and ExecuTorch then hands the delegate the buffer and
         # its mutation (the lowered program's BUFFER / BUFFER_MUTATION specs). This is what
         # executorch's tag_mutated_buffer does, narrowed to buffers whose only reader and whose
-        # new value are that index_put (supported_ops._index_put checks both), so a buffer is
+        # new value are that index_put (ops/state.py checks both), so a buffer is
         # never owned by a delegate that does not also compute its update.
         for placeholder, update in ctx.updates.items():
             tag = update.meta.get("delegation_tag") if update is not None else None

@@ -9,8 +9,8 @@ import torch
 
 from kiln_executorch.aot import blob_format as bf
 from kiln_executorch.aot import builder
-from kiln_executorch.aot.blob_reader import read_blob
 from kiln_executorch.aot.ir import Graph
+from kiln_testing.blob_reader import read_blob
 
 
 def write_blob(g):

@@ -12,9 +12,9 @@ from torch import nn
 from kiln_executorch.aot import lower
 from kiln_executorch.aot import blob_format as bf
 from kiln_executorch.aot import builder
-from kiln_executorch.aot.blob_reader import is_variant_set, read_blob, read_variant_set
 from kiln_executorch.aot.lowering import lower_graph
-from kiln_executorch.aot.reference import run_blob, run_program
+from kiln_testing.blob_reader import is_variant_set, read_blob, read_variant_set
+from kiln_testing.reference import run_blob, run_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import models  # noqa: E402

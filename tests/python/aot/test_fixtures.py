@@ -22,8 +22,8 @@ import models  # noqa: E402
 
 from kiln_executorch.aot import export, lower, read_delegates, read_operators  # noqa: E402
 from kiln_executorch.aot.blob_format import Precision  # noqa: E402
-from kiln_executorch.aot.blob_reader import read_blob, read_variant_set  # noqa: E402
-from kiln_executorch.aot.reference import run_program  # noqa: E402
+from kiln_testing.blob_reader import read_blob, read_variant_set  # noqa: E402
+from kiln_testing.reference import run_program  # noqa: E402
 
 FIXTURES = models.all_fixtures()
 

@@ -16,10 +16,10 @@ from test_lowering import Fn, partitions  # noqa: E402
 
 from kiln_executorch.aot.blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType,  # noqa: E402
                                              FusedForm, Opcode, Precision, UnaryKind)
-from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
-from kiln_executorch.aot.lowering import build_blob  # noqa: E402
 from kiln_executorch.aot import lower  # noqa: E402
-from kiln_executorch.aot.reference import run_blob, run_program  # noqa: E402
+from kiln_executorch.aot.backend import build_blob  # noqa: E402
+from kiln_testing.blob_reader import read_blob  # noqa: E402
+from kiln_testing.reference import run_blob, run_program  # noqa: E402
 
 FIXTURES = models.all_fixtures()
 

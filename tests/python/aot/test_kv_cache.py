@@ -19,8 +19,8 @@ import models  # noqa: E402
 
 from kiln_executorch.aot import export, read_delegates, read_operators  # noqa: E402
 from kiln_executorch.aot.blob_format import Opcode, Storage  # noqa: E402
-from kiln_executorch.aot.blob_reader import read_blob  # noqa: E402
-from kiln_executorch.aot.reference import BlobExecutionError, ReferenceEngine, run_blob  # noqa: E402
+from kiln_testing.blob_reader import read_blob  # noqa: E402
+from kiln_testing.reference import BlobExecutionError, ReferenceEngine, run_blob  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "examples" / "tiny_lm"))

@@ -11,7 +11,7 @@ from kiln_executorch.aot.blob_format import (BinaryKind, Epilogue, Opcode, Reduc
                                              UnaryKind)
 from kiln_executorch.aot import builder
 from kiln_executorch.aot.ir import Graph
-from kiln_executorch.aot.reference import BlobExecutionError, run_blob
+from kiln_testing.reference import BlobExecutionError, run_blob
 
 gen = torch.Generator().manual_seed(3)
 
@@ -188,7 +188,7 @@ def state_graph(initial, values_shape, positions_dtype, num_positions):
 
 @pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32])
 def test_index_put_writes_rows_into_state_that_persists(positions_dtype):
-    from kiln_executorch.aot.reference import ReferenceEngine
+    from kiln_testing.reference import ReferenceEngine
     initial = torch.randn(3, 6, 4, generator=gen)
     engine = ReferenceEngine(write_blob(state_graph(initial, (3, 2, 4), positions_dtype, 2)))
     want = initial.clone()
@@ -209,7 +209,7 @@ def test_index_put_writes_rows_into_state_that_persists(positions_dtype):
 
 @pytest.mark.parametrize("position", [6, -1])
 def test_index_put_rejects_positions_outside_the_state(position):
-    from kiln_executorch.aot.reference import ReferenceEngine
+    from kiln_testing.reference import ReferenceEngine
     initial = torch.randn(2, 6, 4, generator=gen)
     engine = ReferenceEngine(write_blob(state_graph(initial, (2, 1, 4), torch.int64, 1)))
     with pytest.raises(BlobExecutionError, match=f"index_put position {position} outside"):

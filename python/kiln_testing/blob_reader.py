@@ -1,14 +1,17 @@
-"""Engine blob bytes (format v1, runtime/engine/blob_format.h) and variant sets -> Kiln IR, for
-tests and tools. The C++ builder writes them (builder.py; builder/src/blob_writer.cpp).
+"""Engine blob bytes (the format of runtime/engine/blob_format.h, at blob_format.FORMAT_VERSION)
+and variant sets -> Kiln IR, for tests and tools. The C++ builder writes them (builder.py;
+builder/src/blob_writer.cpp). Not shipped: the wheel carries kiln_executorch only.
 
-read_blob checks the structure enough to interpret the blob safely and raises ValueError naming the offending field. The engine's C++ reader is the one that
-must reject every malformed blob; this one trusts blobs it can parse.
+read_blob checks the structure enough to interpret the blob safely and raises ValueError naming
+the offending field. The engine's C++ reader is the one that must reject every malformed blob;
+this one trusts blobs it can parse.
 """
 
 import torch
 
-from . import blob_format as bf
-from .ir import Graph, Op, Tensor
+from kiln_executorch.aot import blob_format as bf
+from kiln_executorch.aot.backend import build_blob
+from kiln_executorch.aot.ir import Graph, Op, Tensor
 
 
 def _check(cond, what):
@@ -95,7 +98,7 @@ def _vcheck(cond, what):
 
 
 def read_variant_set(data: bytes):
-    """Variant set bytes -> ([(v1 blob bytes, [input shape tuple, ...])], shared weights or None).
+    """Variant set bytes -> ([(blob bytes, [input shape tuple, ...])], shared weights or None).
     Checks the structure enough to slice it safely; the C++ reader is the strict one."""
     _vcheck(len(data) >= bf.VSET_HEADER_SIZE, f"{len(data)} bytes is shorter than the header")
     h = dict(zip(bf.VSET_HEADER_FIELDS, bf.VSET_HEADER.unpack_from(data)))
@@ -122,3 +125,9 @@ def read_variant_set(data: bytes):
             shapes.append(tuple(sizes[:rank]))
         variants.append((bytes(data[offset:offset + size]), shapes))
     return variants, weights
+
+
+def build_graph(edge_program, precision=bf.Precision.FP32, fuse=True) -> Graph:
+    """The blob backend.build_blob builds for one partition, read back as IR: planned, with views
+    as records over their root's storage and offset (alias_of and names are not kept)."""
+    return read_blob(build_blob(edge_program, precision, fuse))

@@ -1,0 +1,92 @@
+"""Elementwise unary operators (activations, math functions, clamps, logical not): kUnary."""
+
+import math
+
+import torch
+
+from ..blob_format import UnaryKind
+from .common import any_input, arguments, bool_only, floating_input, numeric_input
+from .registry import Family
+
+aten = torch.ops.aten
+family = Family(__name__)
+
+
+def _clamp_check(node, ctx):
+    args = arguments(node)
+    for bound in (args["min"], args["max"]):
+        if bound is not None and not isinstance(bound, (int, float)):
+            return f"clamp bound {bound!r} is not a number (tensor bounds are not supported)"
+    return numeric_input(node, ctx)
+
+
+def _gelu_check(node, ctx):
+    approximate = arguments(node)["approximate"]
+    if approximate not in ("none", "tanh"):
+        return f"gelu approximate={approximate!r}"
+    return floating_input(node, ctx)
+
+
+def _pow_scalar_check(node, ctx):
+    if not isinstance(node.args[1], (int, float)):
+        return f"exponent {node.args[1]!r} is not a number"
+    return floating_input(node, ctx)
+
+
+def _unary(kind):
+    return lambda lw, node: lw.unary(node, kind)
+
+
+# {kind of the parameterless kUnary: the overload lowered to it}, one table per check.
+family.register_kinds(floating_input, _unary, {
+    UnaryKind.SIGMOID: aten.sigmoid.default,
+    UnaryKind.TANH: aten.tanh.default,
+    UnaryKind.SILU: aten.silu.default,
+    UnaryKind.EXP: aten.exp.default,
+    UnaryKind.LOG: aten.log.default,
+    UnaryKind.COS: aten.cos.default,
+    UnaryKind.SIN: aten.sin.default,
+    UnaryKind.RSQRT: aten.rsqrt.default,
+    UnaryKind.SQRT: aten.sqrt.default,
+    UnaryKind.ERF: aten.erf.default,
+    UnaryKind.ERFINV: aten.erfinv.default,
+    UnaryKind.RECIPROCAL: aten.reciprocal.default,
+    UnaryKind.HARDSWISH: aten.hardswish.default,
+    UnaryKind.HARDSIGMOID: aten.hardsigmoid.default,
+})
+family.register_kinds(numeric_input, _unary, {UnaryKind.RELU: aten.relu.default,
+                                              UnaryKind.NEG: aten.neg.default,
+                                              UnaryKind.ABS: aten.abs.default})
+family.register_kinds(any_input, _unary, {UnaryKind.LOGICAL_NOT: aten.logical_not.default})
+# Bitwise not of a Bool tensor is the logical one.
+family.register_kinds(bool_only, _unary, {UnaryKind.LOGICAL_NOT: aten.bitwise_not.default})
+
+
+@family.lowers(aten.gelu.default, check=_gelu_check)
+def _gelu(lw, node):
+    tanh = arguments(node)["approximate"] == "tanh"
+    return lw.unary(node, UnaryKind.GELU_TANH if tanh else UnaryKind.GELU_ERF)
+
+
+@family.lowers(aten.leaky_relu.default, check=floating_input)
+def _leaky_relu(lw, node):
+    return lw.unary(node, UnaryKind.LEAKY_RELU, arguments(node)["negative_slope"])
+
+
+@family.lowers(aten.pow.Tensor_Scalar, check=_pow_scalar_check)
+def _pow_scalar(lw, node):
+    return lw.unary(node, UnaryKind.POW_SCALAR, node.args[1])
+
+
+@family.lowers(aten.clamp.default, check=_clamp_check)
+def _clamp(lw, node):
+    args = arguments(node)
+    lo = -math.inf if args["min"] is None else args["min"]
+    hi = math.inf if args["max"] is None else args["max"]
+    return lw.unary(node, UnaryKind.CLAMP, lo, hi)
+
+
+@family.lowers(aten.hardtanh.default, check=floating_input)
+def _hardtanh(lw, node):
+    args = arguments(node)
+    return lw.unary(node, UnaryKind.CLAMP, args["min_val"], args["max_val"])

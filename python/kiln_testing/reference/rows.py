@@ -1,0 +1,66 @@
+"""Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kEmbedding and
+kIndexPut (the state write)."""
+
+import torch
+
+from kiln_executorch.aot.blob_format import Opcode, ReduceKind
+
+from .machine import BlobExecutionError, semantics
+
+
+@semantics(Opcode.SOFTMAX)
+def _softmax(m, x, out, outer, dim, inner, is_log):
+    v = m.read(x).to(m.fp).reshape(outer, dim, inner)
+    m.write(out, None, (torch.log_softmax if is_log else torch.softmax)(v, dim=1))
+
+
+@semantics(Opcode.LAYER_NORM)
+def _layer_norm(m, x, weight, bias, out, rows, cols, eps):
+    v = m.read(x).to(m.fp).reshape(rows, cols)
+    mean = v.mean(dim=1, keepdim=True)
+    var = ((v - mean) ** 2).mean(dim=1, keepdim=True)
+    y = (v - mean) / torch.sqrt(var + eps)
+    if weight >= 0:
+        y = y * m.read(weight).to(m.fp)
+    if bias >= 0:
+        y = y + m.read(bias).to(m.fp)
+    m.write(out, None, y)
+
+
+@semantics(Opcode.REDUCE)
+def _reduce(m, kind, x, out, outer, reduce, inner):
+    kind = ReduceKind(kind)
+    v = m.read(x).reshape(outer, reduce, inner)
+    if kind == ReduceKind.ANY:
+        m.write(out, None, (v != 0).any(dim=1))
+        return
+    floating = m.g.tensors[out].dtype.is_floating_point
+    v = v.to(m.fp if floating or kind == ReduceKind.MEAN else torch.int64)
+    y = {ReduceKind.SUM: lambda: v.sum(dim=1), ReduceKind.MEAN: lambda: v.mean(dim=1),
+         ReduceKind.AMAX: lambda: v.amax(dim=1), ReduceKind.AMIN: lambda: v.amin(dim=1)}[kind]()
+    m.write(out, None, y)
+
+
+@semantics(Opcode.EMBEDDING)
+def _embedding(m, weight, indices, out, num_indices, dim, vocab):
+    idx = m.read(indices).to(torch.int64)[:num_indices]
+    bad = (idx < 0) | (idx >= vocab)
+    if bool(bad.any()):
+        raise BlobExecutionError(f"embedding index {int(idx[bad][0])} outside [0, {vocab})")
+    w = m.read(weight)[:vocab * dim].reshape(vocab, dim)
+    m.write(out, None, w[idx])
+
+
+@semantics(Opcode.INDEX_PUT)
+def _index_put(m, values, positions, out, outer, dim_size, inner, num_positions):
+    pos = m.read(positions).to(torch.int64)[:num_positions]
+    bad = (pos < 0) | (pos >= dim_size)
+    if bool(bad.any()):
+        raise BlobExecutionError(f"index_put position {int(pos[bad][0])} outside "
+                                 f"[0, {dim_size})")
+    v = m.read(values)
+    if v.numel() != outer * num_positions * inner:
+        raise BlobExecutionError(f"index_put values have {v.numel()} elements, operands say "
+                                 f"{outer * num_positions * inner}")
+    rows = (torch.arange(outer).reshape(outer, 1, 1) * dim_size + pos.reshape(1, -1, 1)) * inner
+    m.write(out, (rows + torch.arange(inner).reshape(1, 1, inner)).reshape(-1), v)
