@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::builder {
 

@@ -1,5 +1,5 @@
 // The builder's operand layout table (builder/src/ir.cpp) against the layouts written above each
-// opcode in runtime/engine/blob_format.h, the format's single definition: the two cannot drift.
+// opcode in format/blob_format.h, the format's single definition: the two cannot drift.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -16,7 +16,7 @@ namespace {
 // "[t x, n kind(BinaryKind), [rank] sizes, t[num_inputs] inputs]" per opcode number, joined from
 // the comment lines that end right above "kName = N,".
 std::map<uint32_t, std::string> header_layouts() {
-  std::ifstream in(KILN_SOURCE_DIR "/runtime/engine/blob_format.h");
+  std::ifstream in(KILN_SOURCE_DIR "/format/blob_format.h");
   EXPECT_TRUE(in.good()) << "cannot open blob_format.h under " << KILN_SOURCE_DIR;
   std::map<uint32_t, std::string> out;
   std::string line, layout;

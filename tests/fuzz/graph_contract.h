@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 #include "runtime/engine/strided.h"
 
 namespace kiln::engine::fuzz {

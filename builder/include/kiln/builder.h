@@ -1,7 +1,7 @@
 /* Kiln AOT builder, C API: lowered Kiln IR in, engine blob (or variant set) out.
  *
  * libkiln_builder.so runs the builder's passes over a graph that Python (or any C/C++ tool)
- * lowered into Kiln IR, writes the engine blob (runtime/engine/blob_format.h) and verifies it with
+ * lowered into Kiln IR, writes the engine blob (format/blob_format.h) and verifies it with
  * the runtime's own blob reader before handing it back. No CUDA is needed to use it.
  *
  * Passes, in order (each selected by a KILN_BUILDER_PASS_* bit):
@@ -110,7 +110,7 @@ uint32_t kiln_builder_api_version(void);
 int kiln_builder_build_blob(const void* ir, size_t ir_size, uint32_t passes, void** blob,
                             size_t* blob_size, char* error, size_t error_size);
 
-/* Builds a variant set (runtime/engine/variant_set.h) from `count` IR buffers, one per shape
+/* Builds a variant set (format/variant_set.h) from `count` IR buffers, one per shape
  * assignment of a dynamic partition: each is built as kiln_builder_build_blob does, each blob
  * serves the shapes of its own input tensors, and when every blob has the same non-empty weights
  * section it is stored once for all. Ownership and errors as kiln_builder_build_blob; an error

@@ -1,4 +1,4 @@
-"""Python mirror of runtime/engine/blob_format.h, the Kiln engine blob format v1.
+"""Python mirror of format/blob_format.h, the Kiln engine blob format v1.
 
 The header is the definition; the C++ builder (builder/) writes blobs from it. This module repeats
 its numbers so Python can encode IR operands for the builder (builder.py) and read blobs back
@@ -39,7 +39,7 @@ IO_ENTRY = struct.Struct("<I")
 
 assert HEADER.size == HEADER_SIZE and TENSOR_RECORD.size == 96 and OP_RECORD.size == 16
 
-# The variant set (runtime/engine/variant_set.h): N v1 blobs of one dynamic partition, each with the
+# The variant set (format/variant_set.h): N v1 blobs of one dynamic partition, each with the
 # delegate input shapes it serves, and optionally one weights section they share.
 VSET_MAGIC = b"KILNVSET"
 VSET_FORMAT_VERSION = 1

@@ -1,4 +1,4 @@
-"""The Python mirror (kiln_executorch.aot.blob_format) equals runtime/engine/blob_format.h.
+"""The Python mirror (kiln_executorch.aot.blob_format) equals format/blob_format.h.
 
 Every number is parsed out of the header text, so a change on either side fails here."""
 
@@ -120,7 +120,7 @@ def test_operands_round_trip():
         bf.encode_operands(bf.Opcode.BINARY, {**operands, "sizes": [3]})
 
 
-# The variant set: runtime/engine/variant_set.h against the VSET_* mirror.
+# The variant set: format/variant_set.h against the VSET_* mirror.
 VSET_HEADER = HEADER.parent / "variant_set.h"
 VSET_CODE = re.sub(r"//[^\n]*", "", VSET_HEADER.read_text())
 

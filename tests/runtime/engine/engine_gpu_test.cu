@@ -26,9 +26,9 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/engine/graph.h"
-#include "tests/runtime/engine/blob_builder.h"
-#include "tests/runtime/engine/log_capture.h"
+#include "format/graph.h"
+#include "tests/format/blob_builder.h"
+#include "tests/format/log_capture.h"
 
 namespace kiln::engine {
 namespace {

@@ -1,11 +1,11 @@
-#include "runtime/engine/op_decoder.h"
+#include "format/op_decoder.h"
 
 #include <cstdarg>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
 
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 
 namespace kiln::engine {
 namespace {

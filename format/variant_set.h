@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::engine::vset {
 

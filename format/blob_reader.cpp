@@ -1,4 +1,4 @@
-#include "runtime/engine/blob_reader.h"
+#include "format/blob_reader.h"
 
 #include <cstdarg>
 #include <cstddef>
@@ -8,8 +8,8 @@
 #include <limits>
 #include <variant>
 
-#include "runtime/engine/fail.h"
-#include "runtime/engine/op_decoder.h"
+#include "format/fail.h"
+#include "format/op_decoder.h"
 
 namespace kiln::engine {
 namespace {

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::engine::testing {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine/blob_reader.h"
-#include "runtime/engine/variant_set.h"
+#include "format/blob_reader.h"
+#include "format/variant_set.h"
 
 namespace kiln::engine {
 

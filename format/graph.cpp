@@ -1,4 +1,4 @@
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 
 namespace kiln::engine {
 
