@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "format/blob_format.h"
+#include "format/dtype.h"
+#include "format/op_table.h"
 
 namespace kiln::engine {
 
@@ -26,104 +28,41 @@ struct Tensor {
   int64_t numel;
 };
 
-// One struct per opcode; the fields follow the operand layouts in blob_format.h, in order. Tensor
-// ids are int64_t so that kNoTensor fits; strides and offsets are in elements.
+// One struct per opcode, generated from the op table (op_table.def): one member per operand field,
+// in order, named as the kernels read it (a.x, a.out, a.sizes). Tensor ids are int64_t so that
+// kNoTensor fits (an optional input may hold it); integers have the type the table gives;
+// strides and offsets are in elements; a list of `rank` integers is an array of kMaxRank. An op
+// whose table row says `custom` has its struct written here by hand.
 
-struct CopyArgs {
-  int64_t x, out;
-  uint32_t rank;
-  int64_t sizes[blob::kMaxRank];
-  int64_t in_offset;
-  int64_t in_strides[blob::kMaxRank];
-  int64_t out_offset;
-  int64_t out_strides[blob::kMaxRank];
-};
+#define KILN_ARGS_T(member, wire, role) int64_t member;
+#define KILN_ARGS_I(type, member, wire, lo, hi) type member;
+#define KILN_ARGS_E(Enum, member, wire) blob::Enum member;
+#define KILN_ARGS_R(member, wire) double member;
+#define KILN_ARGS_L(member, wire, count, lo)                                               \
+  static_assert(blob::same_name(count, "rank"), "a generated Args struct holds only lists " \
+                                                "of `rank` integers; make the op custom"); \
+  int64_t member[blob::kMaxRank];
+#define KILN_ARGS_TL(member, wire, count, role) \
+  static_assert(sizeof(wire) == 0, "a generated Args struct has no tensor lists; make the op custom");
+#define KILN_ARGS_STRUCT_table(Name)                                                        \
+  struct Name##Args {                                                                       \
+    KILN_FIELDS_##Name(KILN_ARGS_T, KILN_ARGS_I, KILN_ARGS_E, KILN_ARGS_R, KILN_ARGS_L,     \
+                       KILN_ARGS_TL)                                                        \
+  };
+#define KILN_ARGS_STRUCT_custom(Name)
+#define KILN_ARGS_STRUCT(Name, code, snake, args) KILN_ARGS_STRUCT_##args(Name)
+KILN_OPCODES(KILN_ARGS_STRUCT)
+#undef KILN_ARGS_STRUCT
+#undef KILN_ARGS_STRUCT_custom
+#undef KILN_ARGS_STRUCT_table
+#undef KILN_ARGS_T
+#undef KILN_ARGS_I
+#undef KILN_ARGS_E
+#undef KILN_ARGS_R
+#undef KILN_ARGS_L
+#undef KILN_ARGS_TL
 
-struct BinaryArgs {
-  blob::BinaryKind kind;
-  int64_t a, b, out;  // b may be kNoTensor: `scalar` instead
-  double alpha, scalar;
-  uint32_t rank;
-  int64_t sizes[blob::kMaxRank];
-  int64_t a_strides[blob::kMaxRank];
-  int64_t b_strides[blob::kMaxRank];
-};
-
-struct UnaryArgs {
-  blob::UnaryKind kind;
-  int64_t x, out;
-  double p0, p1;
-};
-
-struct WhereArgs {
-  int64_t cond, a, b, out;
-  uint32_t rank;
-  int64_t sizes[blob::kMaxRank];
-  int64_t cond_strides[blob::kMaxRank];
-  int64_t a_strides[blob::kMaxRank];
-  int64_t b_strides[blob::kMaxRank];
-};
-
-struct MatmulArgs {
-  int64_t a, b, bias, out;  // bias may be kNoTensor
-  int64_t batch, m, n, k;
-  bool trans_a, trans_b;
-  int64_t a_batch_stride, b_batch_stride;
-  int64_t bias_row_stride, bias_col_stride;
-  double alpha, beta;
-  blob::Epilogue epilogue;
-  int64_t residual;  // kNoTensor, or out's dtype and numel, added before the epilogue
-};
-
-struct SoftmaxArgs {
-  int64_t x, out;
-  int64_t outer, dim, inner;
-  bool is_log;
-};
-
-struct LayerNormArgs {
-  int64_t x, weight, bias, out;  // weight and bias may be kNoTensor
-  int64_t rows, cols;
-  double eps;
-};
-
-struct ReduceArgs {
-  blob::ReduceKind kind;
-  int64_t x, out;
-  int64_t outer, reduce, inner;
-};
-
-struct EmbeddingArgs {
-  int64_t weight, indices, out;
-  int64_t num_indices, dim, vocab;
-};
-
-struct FillArgs {
-  int64_t out;
-  double value;
-};
-
-struct Conv2dArgs {
-  int64_t x, weight, bias, out;  // bias may be kNoTensor
-  int64_t n, c_in, h, w, c_out, kh, kw;
-  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-  int64_t groups, h_out, w_out;
-};
-
-struct Pool2dArgs {
-  blob::PoolKind kind;
-  int64_t x, out;
-  int64_t n, c, h, w, kh, kw;
-  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-  int64_t h_out, w_out;
-  bool count_include_pad;
-};
-
-struct IndexPutArgs {
-  int64_t values, positions, out;  // out is a kState tensor, written in place
-  int64_t outer, dim_size, inner, num_positions;
-};
-
+// kFusedElementwise (custom): its lists become per-input arrays and decoded instructions.
 struct FusedInstr {
   blob::FusedForm form;
   int64_t kind;    // UnaryKind or BinaryKind (0 for kWhere)
@@ -143,10 +82,12 @@ struct FusedElementwiseArgs {
   FusedInstr instrs[blob::kMaxFusedInstrs];
 };
 
-using OpArgs =
-    std::variant<CopyArgs, BinaryArgs, UnaryArgs, WhereArgs, MatmulArgs, SoftmaxArgs, LayerNormArgs,
-                 ReduceArgs, EmbeddingArgs, FillArgs, Conv2dArgs, Pool2dArgs, IndexPutArgs,
-                 FusedElementwiseArgs>;
+template <typename Ignored, typename... Args>
+using VariantOfArgs = std::variant<Args...>;
+#define KILN_ARGS_TYPE(Name, code, snake, args) , Name##Args
+/// Every opcode's Args struct, in table order.
+using OpArgs = VariantOfArgs<void KILN_OPCODES(KILN_ARGS_TYPE)>;
+#undef KILN_ARGS_TYPE
 
 struct Op {
   blob::Opcode opcode;
@@ -165,12 +106,5 @@ struct Graph {
   const uint8_t* weights = nullptr;
   uint64_t weights_size = 0;
 };
-
-/// Bytes per element of a known dtype (Bool is one byte).
-size_t element_size(blob::DType dtype);
-bool is_floating(blob::DType dtype);
-const char* dtype_name(blob::DType dtype);
-const char* storage_name(blob::Storage storage);
-const char* opcode_name(blob::Opcode opcode);
 
 }  // namespace kiln::engine
