@@ -73,8 +73,9 @@ static_assert(sizeof(Header) == kHeaderSize, "Header layout");
 // TensorRecord::storage is a Storage (op_table.def). kState is program state that persists across
 // runs (e.g. a KV cache): `offset` locates its initial value in the weights section (64-byte
 // aligned, like a weight); at init the engine copies it into a device buffer of the state's own,
-// outside the arena, that every later run reads and kIndexPut writes. Records with the same offset are views of one state (all of the same size); records
-// with different offsets are different states and their initial values may not overlap.
+// outside the arena, that every later run reads and kIndexPut writes. Records with the same offset
+// are views of one state (all of the same size); records with different offsets are different
+// states and their initial values may not overlap.
 struct TensorRecord {
   uint32_t dtype;            // DType
   uint32_t rank;             // <= kMaxRank

@@ -61,14 +61,15 @@ std::string enum_json() {
   std::string j = quoted(EnumInfo<Enum>::name) + ": [";
   bool first = true;
   for (const EnumEntry& e : EnumInfo<Enum>::entries) {
-    j += std::string(first ? "" : ", ") + "[" + quoted(e.name) + ", " + std::to_string(e.value) + "]";
+    j += std::string(first ? "" : ", ") + "[" + quoted(e.name) + ", " + std::to_string(e.value) +
+         "]";
     first = false;
   }
   return j + "]";
 }
 
 // [[name, offset, size], ...] for one record struct.
-#define KILN_MEMBER(Struct, m) \
+#define KILN_MEMBER(Struct, m)                                           \
   "[" + quoted(#m) + ", " + std::to_string(offsetof(Struct, m)) + ", " + \
       std::to_string(sizeof(Struct::m)) + "]"
 
@@ -88,8 +89,8 @@ std::string records_json() {
        KILN_MEMBER(TensorRecord, rank) + ", " + KILN_MEMBER(TensorRecord, sizes) + ", " +
        KILN_MEMBER(TensorRecord, storage) + ", " + KILN_MEMBER(TensorRecord, reserved) + ", " +
        KILN_MEMBER(TensorRecord, offset) + ", " + KILN_MEMBER(TensorRecord, nbytes) + "], ";
-  j += "\"OpRecord\": [" KILN_MEMBER(OpRecord, opcode) + ", " + KILN_MEMBER(OpRecord, num_operands) +
-       ", " + KILN_MEMBER(OpRecord, first_operand) + "], ";
+  j += "\"OpRecord\": [" KILN_MEMBER(OpRecord, opcode) + ", " +
+       KILN_MEMBER(OpRecord, num_operands) + ", " + KILN_MEMBER(OpRecord, first_operand) + "], ";
   using vset::InputShape;
   using vset::VariantRecord;
   using vset::VariantSetHeader;
@@ -122,16 +123,17 @@ std::string build() {
   j += ", \"max_fused_inputs\": " + std::to_string(kMaxFusedInputs);
   j += ", \"max_fused_instrs\": " + std::to_string(kMaxFusedInstrs);
   j += ", \"fused_instr_width\": " + std::to_string(kFusedInstrWidth);
-  j += ", \"vset\": {\"magic\": " + quoted(std::string(vset::kMagic, sizeof(vset::kMagic)).c_str()) +
-       ", \"format_version\": " + std::to_string(vset::kFormatVersion) +
-       ", \"header_size\": " + std::to_string(vset::kHeaderSize) +
-       ", \"max_variants\": " + std::to_string(vset::kMaxVariants) +
-       ", \"max_inputs\": " + std::to_string(vset::kMaxInputs) +
-       ", \"blob_alignment\": " + std::to_string(vset::kBlobAlignment) + "}";
+  j +=
+      ", \"vset\": {\"magic\": " + quoted(std::string(vset::kMagic, sizeof(vset::kMagic)).c_str()) +
+      ", \"format_version\": " + std::to_string(vset::kFormatVersion) +
+      ", \"header_size\": " + std::to_string(vset::kHeaderSize) +
+      ", \"max_variants\": " + std::to_string(vset::kMaxVariants) +
+      ", \"max_inputs\": " + std::to_string(vset::kMaxInputs) +
+      ", \"blob_alignment\": " + std::to_string(vset::kBlobAlignment) + "}";
   j += ", \"dtypes\": [";
-#define KILN_DTYPE_JSON(Name, value, display, size, floating)                             \
-  j += std::string(DType::k##Name == DType::kInt32 ? "" : ", ") + "[" + quoted(display) + \
-       ", " + std::to_string(value) + ", " + std::to_string(size) + ", " +                \
+#define KILN_DTYPE_JSON(Name, value, display, size, floating)                                    \
+  j += std::string(DType::k##Name == DType::kInt32 ? "" : ", ") + "[" + quoted(display) + ", " + \
+       std::to_string(value) + ", " + std::to_string(size) + ", " +                              \
        (floating ? "true" : "false") + "]";
   KILN_DTYPES(KILN_DTYPE_JSON)
 #undef KILN_DTYPE_JSON

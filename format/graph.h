@@ -43,7 +43,8 @@ struct Tensor {
                                                 "of `rank` integers; make the op custom"); \
   int64_t member[blob::kMaxRank];
 #define KILN_ARGS_TL(member, wire, count, role) \
-  static_assert(sizeof(wire) == 0, "a generated Args struct has no tensor lists; make the op custom");
+  static_assert(sizeof(wire) == 0,                       \
+                "a generated Args struct has no tensor lists; make the op custom");
 #define KILN_ARGS_STRUCT_table(Name)                                                        \
   struct Name##Args {                                                                       \
     KILN_FIELDS_##Name(KILN_ARGS_T, KILN_ARGS_I, KILN_ARGS_E, KILN_ARGS_R, KILN_ARGS_L,     \

@@ -203,7 +203,8 @@ void fill(OpDecoder& d, FusedElementwiseArgs& a) {
   for (uint32_t j = 0; j < a.num_instrs && d.ok(); ++j) {
     const size_t at = program_at + size_t{j} * blob::kFusedInstrWidth;
     FusedInstr& in = a.instrs[j];
-    in.form = d.kind<blob::FusedForm>(at, "program form", "FusedForm", blob::kCount<blob::FusedForm>);
+    in.form =
+        d.kind<blob::FusedForm>(at, "program form", "FusedForm", blob::kCount<blob::FusedForm>);
     const int64_t defined = int64_t{n_in} + j;  // registers written before instruction j
     int needed = 1;
     if (in.form == blob::FusedForm::kUnary) {
@@ -232,9 +233,10 @@ void fill(OpDecoder& d, FusedElementwiseArgs& a) {
       if ((v == -1 && may_be_absent) || (s < needed && v >= 0 && v < defined)) {
         in.src[s] = static_cast<int32_t>(v);
       } else {
-        d.fail("instruction %u: source %d is register %lld; it must be one written before "
-               "(0..%lld)%s",
-               j, s, ll(v), ll(defined - 1), may_be_absent ? " or -1" : "");
+        d.fail(
+            "instruction %u: source %d is register %lld; it must be one written before "
+            "(0..%lld)%s",
+            j, s, ll(v), ll(defined - 1), may_be_absent ? " or -1" : "");
       }
     }
     in.p0 = d.real(at + 5);

@@ -114,8 +114,8 @@ bool OpDecoder::decode_layout() {
       case blob::FieldKind::kEnum: {
         const int64_t v = raw(at);
         if (v < 0 || v > f.max) {
-          fail("operand %zu (%s) is %lld, not a known %s (0..%lld)", at, f.name, ll(v),
-               f.enum_name, ll(f.max));
+          fail("operand %zu (%s) is %lld, not a known %s (0..%lld)", at, f.name, ll(v), f.enum_name,
+               ll(f.max));
         }
         break;
       }
@@ -145,11 +145,11 @@ bool OpDecoder::decode_layout() {
 #define KILN_FILL_R(member, wire) a.member = d.real_field(i++);
 #define KILN_FILL_L(member, wire, count, lo) d.copy_list(i++, a.member);
 #define KILN_FILL_TL(member, wire, count, role) ++i;
-#define KILN_FILL_table(Name)                                                               \
-  void fill(OpDecoder& d, Name##Args& a) {                                                  \
-    size_t i = 0;                                                                           \
-    KILN_FIELDS_##Name(KILN_FILL_T, KILN_FILL_I, KILN_FILL_E, KILN_FILL_R, KILN_FILL_L,     \
-                       KILN_FILL_TL)                                                        \
+#define KILN_FILL_table(Name)                                                           \
+  void fill(OpDecoder& d, Name##Args& a) {                                              \
+    size_t i = 0;                                                                       \
+    KILN_FIELDS_##Name(KILN_FILL_T, KILN_FILL_I, KILN_FILL_E, KILN_FILL_R, KILN_FILL_L, \
+                       KILN_FILL_TL)                                                    \
   }
 #define KILN_FILL_custom(Name)
 #define KILN_FILL(Name, code, snake, args) KILN_FILL_##args(Name)
@@ -177,15 +177,15 @@ executorch::runtime::Result<Op> decode_op(const Graph& graph, size_t index, blob
   op_decoder::OpDecoder d(graph, index, *desc, operands, count, why);
   Op op{opcode, {}};
   switch (opcode) {
-#define KILN_DECODE_CASE(Name, code, snake, how)     \
-  case blob::Opcode::k##Name: {                      \
-    Name##Args a{};                                  \
-    if (d.decode_layout()) {                         \
-      op_decoder::fill(d, a);                        \
-      op_decoder::check(d, a);                       \
-    }                                                \
-    op.args = a;                                     \
-    break;                                           \
+#define KILN_DECODE_CASE(Name, code, snake, how) \
+  case blob::Opcode::k##Name: {                  \
+    Name##Args a{};                              \
+    if (d.decode_layout()) {                     \
+      op_decoder::fill(d, a);                    \
+      op_decoder::check(d, a);                   \
+    }                                            \
+    op.args = a;                                 \
+    break;                                       \
   }
     KILN_OPCODES(KILN_DECODE_CASE)
 #undef KILN_DECODE_CASE

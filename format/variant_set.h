@@ -12,7 +12,7 @@
 //   [0, 64)            VariantSetHeader
 //   variants_offset    VariantRecord[num_variants]                (8-byte aligned)
 //   shapes_offset      InputShape[num_variants * num_inputs]      variant v's input i at v * num_inputs + i
-//   blobs              each variant's engine blob at its blob_offset  (8-byte aligned)
+//   blobs              each variant's engine blob at its blob_offset (8-byte aligned)
 //   weights_offset     weights_size bytes: the shared weights section (64-byte aligned), or none
 //
 // Shared weights: when every variant's weights section is identical, the builder stores it once

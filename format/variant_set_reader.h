@@ -20,8 +20,8 @@ struct Shape {
   int64_t sizes[blob::kMaxRank] = {};
 };
 
-/// One shape-specialised plan: an engine blob (blob_format.h) and the input shapes it serves. Borrowed from the
-/// buffer given to read_variant_set.
+/// One shape-specialised plan: an engine blob (blob_format.h) and the input shapes it serves.
+/// Borrowed from the buffer given to read_variant_set.
 struct Variant {
   const uint8_t* blob = nullptr;
   size_t blob_size = 0;

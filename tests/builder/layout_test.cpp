@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "builder/src/ir.h"
@@ -12,14 +13,14 @@
 namespace kiln::builder {
 namespace {
 
+// FieldSpec's kind letter of each table kind (ir.h).
 char expected_kind(blob::FieldKind k) {
-  switch (k) {
-    case blob::FieldKind::kTensor: return 't';
-    case blob::FieldKind::kInt:
-    case blob::FieldKind::kEnum: return 'n';
-    case blob::FieldKind::kReal: return 'f';
-    case blob::FieldKind::kList: return 'l';
-    case blob::FieldKind::kTensorList: return 'T';
+  constexpr std::pair<blob::FieldKind, char> kLetters[] = {
+      {blob::FieldKind::kTensor, 't'}, {blob::FieldKind::kInt, 'n'}, {blob::FieldKind::kEnum, 'n'},
+      {blob::FieldKind::kReal, 'f'},   {blob::FieldKind::kList, 'l'},
+      {blob::FieldKind::kTensorList, 'T'}};
+  for (const auto& [kind, letter] : kLetters) {
+    if (kind == k) return letter;
   }
   return '?';
 }
@@ -34,7 +35,9 @@ TEST(Layouts, EveryOpcodeOfTheTableHasTheTablesLayout) {
       EXPECT_STREQ((*specs)[i].name, f.name) << op.name;
       EXPECT_EQ((*specs)[i].kind, expected_kind(f.kind)) << op.name << "." << f.name;
       EXPECT_EQ((*specs)[i].count == nullptr, f.count == nullptr) << op.name << "." << f.name;
-      if (f.count != nullptr) EXPECT_STREQ((*specs)[i].count, f.count) << op.name;
+      if (f.count != nullptr) {
+        EXPECT_STREQ((*specs)[i].count, f.count) << op.name;
+      }
     }
   }
   EXPECT_EQ(layout(0), nullptr);

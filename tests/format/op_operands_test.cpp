@@ -1,12 +1,5 @@
 // The blob reader on ops: opcodes, operand counts, tensor ids, kinds, shapes, dtypes and outputs.
-#include <cstddef>
-#include <cstring>
-#include <limits>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "tests/format/reader_test_support.h"
+#include "tests/format/reader_test_support.h"  // the standard headers the tests use, too
 
 namespace kiln::engine {
 namespace {

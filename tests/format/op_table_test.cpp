@@ -74,7 +74,8 @@ std::vector<int64_t> minimal_operands(const blob::OpDesc& desc) {
     const std::string count(f.count);
     for (size_t start = 0; start <= count.size();) {
       const size_t star = count.find('*', start);
-      const std::string factor = count.substr(start, star == std::string::npos ? star : star - start);
+      const std::string factor =
+          count.substr(start, star == std::string::npos ? star : star - start);
       n *= factor[0] >= '0' && factor[0] <= '9'
                ? std::stoll(factor)
                : scalar[blob::field_index(desc.fields, i, factor.c_str())];

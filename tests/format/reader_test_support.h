@@ -3,8 +3,6 @@
 // opcode. Header-only and test-only.
 #pragma once
 
-#include "format/blob_reader.h"
-
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 #include <gtest/gtest.h>
@@ -16,16 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "format/blob_reader.h"
 #include "tests/format/blob_builder.h"
 #include "tests/format/log_capture.h"
 
 namespace kiln::engine::reader_test {
 
+// Captures what the engine logs, to prove the message reaches the ExecuTorch log too (registered
+// once per test binary: inline variables are initialised once).
+inline std::string& g_log = testing::captured_log();
+inline const auto* const kLog =
+    ::testing::AddGlobalTestEnvironment(new testing::LogCaptureEnvironment);
+
 using executorch::runtime::Error;
 using testing::BlobBuilder;
 using Bytes = std::vector<uint8_t>;
 using blob::DType;
-
 
 template <typename T>
 inline void patch(Bytes& b, size_t offset, T value) {
@@ -34,8 +38,9 @@ inline void patch(Bytes& b, size_t offset, T value) {
 
 #define HEADER_FIELD(name) offsetof(blob::Header, name)
 
-inline ::testing::AssertionResult fails_with(const Bytes& bytes, Error code, const std::string& needle,
-                                      size_t size = std::numeric_limits<size_t>::max()) {
+inline ::testing::AssertionResult fails_with(const Bytes& bytes, Error code,
+                                             const std::string& needle,
+                                             size_t size = std::numeric_limits<size_t>::max()) {
   std::string why;
   const size_t n = size == std::numeric_limits<size_t>::max() ? bytes.size() : size;
   auto result = read_blob(bytes.data(), n, &why);

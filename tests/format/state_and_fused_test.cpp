@@ -1,12 +1,5 @@
 // The blob reader on program state (kState, kIndexPut) and on kFusedElementwise programs.
-#include <cstddef>
-#include <cstring>
-#include <limits>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "tests/format/reader_test_support.h"
+#include "tests/format/reader_test_support.h"  // the standard headers the tests use, too
 
 namespace kiln::engine {
 namespace {
