@@ -58,12 +58,11 @@ defs=(-DC10_USING_CUSTOM_GENERATED_MACROS -DET_EVENT_TRACER_ENABLED -DET_USE_THR
 incs=(-I"$root" -isystem "$et/include" -isystem "$et/include/executorch/runtime/core/portable_type/c10")
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all -Wall -Wextra
        -Wno-unused-parameter)
-reader=(runtime/engine/blob_reader.cpp runtime/engine/fail.cpp runtime/engine/graph.cpp
-        runtime/engine/op_decoder.cpp runtime/engine/variant_set_reader.cpp)
+reader=(format/*.cpp)
 target=tests/fuzz/blob_reader_fuzzer.cpp
 bin="$out/blob_reader_fuzzer"
 stamp=$({ "$cxx" --version; echo "${defs[*]} ${incs[*]} ${flags[*]} $et";
-          cat "${reader[@]}" "$target" runtime/engine/*.h tests/fuzz/*.h; } | sha256sum | cut -d' ' -f1)
+          cat "${reader[@]}" "$target" format/*.h format/*.def runtime/engine/*.h tests/fuzz/*.h; } | sha256sum | cut -d' ' -f1)
 if [ ! -x "$bin" ] || [ "$(cat "$out/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
   say "building $bin"
   rm -f "$out/.stamp"

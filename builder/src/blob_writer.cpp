@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kiln/builder.h"
-#include "runtime/engine/variant_set.h"
+#include "format/variant_set.h"
 
 namespace kiln::builder {
 namespace {

@@ -1,5 +1,5 @@
-// Kiln IR -> engine blob bytes (runtime/engine/blob_format.h) and blobs -> variant set
-// (runtime/engine/variant_set.h).
+// Kiln IR -> engine blob bytes (format/blob_format.h) and blobs -> variant set
+// (format/variant_set.h).
 #pragma once
 
 #include <cstdint>

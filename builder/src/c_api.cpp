@@ -9,8 +9,9 @@
 #include "builder/src/ir_reader.h"
 #include "builder/src/passes.h"
 #include "kiln/builder.h"
-#include "runtime/engine/blob_reader.h"
-#include "runtime/engine/variant_set_reader.h"
+#include "format/blob_reader.h"
+#include "format/format_description.h"
+#include "format/variant_set_reader.h"
 
 namespace kiln::builder {
 namespace {
@@ -133,6 +134,14 @@ __attribute__((visibility("default"))) int kiln_builder_build_variant_set(
     }
     return bytes;
   });
+}
+
+__attribute__((visibility("default"))) const char* kiln_builder_format_description(void) {
+  try {
+    return kiln::engine::blob::format_description_json();
+  } catch (...) {
+    return nullptr;  // out of memory building it: no exception leaves the library
+  }
 }
 
 __attribute__((visibility("default"))) void kiln_builder_free(void* buffer) { std::free(buffer); }

@@ -18,27 +18,6 @@ void fail(int code, const char* format, ...) {
   throw BuildError(code, buffer);
 }
 
-uint64_t element_size(blob::DType dtype) {
-  switch (dtype) {
-    case blob::DType::kInt32: return 4;
-    case blob::DType::kInt64: return 8;
-    case blob::DType::kFloat16: return 2;
-    case blob::DType::kFloat32: return 4;
-    case blob::DType::kBool: return 1;
-    case blob::DType::kBFloat16: return 2;
-  }
-  return 0;
-}
-
-bool is_known_dtype(uint32_t code) {
-  return element_size(static_cast<blob::DType>(code)) != 0;
-}
-
-bool is_floating(blob::DType dtype) {
-  return dtype == blob::DType::kFloat32 || dtype == blob::DType::kFloat16 ||
-         dtype == blob::DType::kBFloat16;
-}
-
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
@@ -61,79 +40,37 @@ double bits_double(int64_t bits) {
 
 namespace {
 
-// The operand layouts of blob_format.h, field by field ('l'/'T' lists with their count).
+char field_kind(blob::FieldKind kind) {
+  switch (kind) {
+    case blob::FieldKind::kTensor: return 't';
+    case blob::FieldKind::kInt:
+    case blob::FieldKind::kEnum: return 'n';
+    case blob::FieldKind::kReal: return 'f';
+    case blob::FieldKind::kList: return 'l';
+    case blob::FieldKind::kTensorList: return 'T';
+  }
+  return '?';
+}
+
+// Every opcode's operand layout, from the op table (format/op_table.h), by opcode.
 const std::map<uint32_t, std::vector<FieldSpec>>& layouts() {
-  using O = blob::Opcode;
-  static const std::map<uint32_t, std::vector<FieldSpec>> table = {
-      {uint32_t(O::kCopy),
-       {{'t', "x", nullptr}, {'t', "out", nullptr}, {'n', "rank", nullptr},
-        {'l', "sizes", "rank"}, {'n', "in_offset", nullptr}, {'l', "in_strides", "rank"},
-        {'n', "out_offset", nullptr}, {'l', "out_strides", "rank"}}},
-      {uint32_t(O::kBinary),
-       {{'n', "kind", nullptr}, {'t', "a", nullptr}, {'t', "b", nullptr}, {'t', "out", nullptr},
-        {'f', "alpha", nullptr}, {'f', "scalar", nullptr}, {'n', "rank", nullptr},
-        {'l', "sizes", "rank"}, {'l', "a_strides", "rank"}, {'l', "b_strides", "rank"}}},
-      {uint32_t(O::kUnary),
-       {{'n', "kind", nullptr}, {'t', "x", nullptr}, {'t', "out", nullptr}, {'f', "p0", nullptr},
-        {'f', "p1", nullptr}}},
-      {uint32_t(O::kWhere),
-       {{'t', "cond", nullptr}, {'t', "a", nullptr}, {'t', "b", nullptr}, {'t', "out", nullptr},
-        {'n', "rank", nullptr}, {'l', "sizes", "rank"}, {'l', "cond_strides", "rank"},
-        {'l', "a_strides", "rank"}, {'l', "b_strides", "rank"}}},
-      {uint32_t(O::kMatmul),
-       {{'t', "a", nullptr}, {'t', "b", nullptr}, {'t', "bias", nullptr}, {'t', "out", nullptr},
-        {'n', "batch", nullptr}, {'n', "M", nullptr}, {'n', "N", nullptr}, {'n', "K", nullptr},
-        {'n', "trans_a", nullptr}, {'n', "trans_b", nullptr}, {'n', "a_batch_stride", nullptr},
-        {'n', "b_batch_stride", nullptr}, {'n', "bias_row_stride", nullptr},
-        {'n', "bias_col_stride", nullptr}, {'f', "alpha", nullptr}, {'f', "beta", nullptr},
-        {'n', "epilogue", nullptr}, {'t', "residual", nullptr}}},
-      {uint32_t(O::kSoftmax),
-       {{'t', "x", nullptr}, {'t', "out", nullptr}, {'n', "outer", nullptr},
-        {'n', "dim", nullptr}, {'n', "inner", nullptr}, {'n', "is_log", nullptr}}},
-      {uint32_t(O::kLayerNorm),
-       {{'t', "x", nullptr}, {'t', "weight", nullptr}, {'t', "bias", nullptr},
-        {'t', "out", nullptr}, {'n', "rows", nullptr}, {'n', "cols", nullptr},
-        {'f', "eps", nullptr}}},
-      {uint32_t(O::kReduce),
-       {{'n', "kind", nullptr}, {'t', "x", nullptr}, {'t', "out", nullptr},
-        {'n', "outer", nullptr}, {'n', "reduce", nullptr}, {'n', "inner", nullptr}}},
-      {uint32_t(O::kEmbedding),
-       {{'t', "weight", nullptr}, {'t', "indices", nullptr}, {'t', "out", nullptr},
-        {'n', "num_indices", nullptr}, {'n', "dim", nullptr}, {'n', "vocab", nullptr}}},
-      {uint32_t(O::kFill), {{'t', "out", nullptr}, {'f', "value", nullptr}}},
-      {uint32_t(O::kConv2d),
-       {{'t', "x", nullptr}, {'t', "weight", nullptr}, {'t', "bias", nullptr},
-        {'t', "out", nullptr}, {'n', "N", nullptr}, {'n', "C_in", nullptr}, {'n', "H", nullptr},
-        {'n', "W", nullptr}, {'n', "C_out", nullptr}, {'n', "kH", nullptr}, {'n', "kW", nullptr},
-        {'n', "stride_h", nullptr}, {'n', "stride_w", nullptr}, {'n', "pad_h", nullptr},
-        {'n', "pad_w", nullptr}, {'n', "dil_h", nullptr}, {'n', "dil_w", nullptr},
-        {'n', "groups", nullptr}, {'n', "H_out", nullptr}, {'n', "W_out", nullptr}}},
-      {uint32_t(O::kPool2d),
-       {{'n', "kind", nullptr}, {'t', "x", nullptr}, {'t', "out", nullptr}, {'n', "N", nullptr},
-        {'n', "C", nullptr}, {'n', "H", nullptr}, {'n', "W", nullptr}, {'n', "kH", nullptr},
-        {'n', "kW", nullptr}, {'n', "stride_h", nullptr}, {'n', "stride_w", nullptr},
-        {'n', "pad_h", nullptr}, {'n', "pad_w", nullptr}, {'n', "dil_h", nullptr},
-        {'n', "dil_w", nullptr}, {'n', "H_out", nullptr}, {'n', "W_out", nullptr},
-        {'n', "count_include_pad", nullptr}}},
-      {uint32_t(O::kIndexPut),
-       {{'t', "values", nullptr}, {'t', "positions", nullptr}, {'t', "out", nullptr},
-        {'n', "outer", nullptr}, {'n', "dim_size", nullptr}, {'n', "inner", nullptr},
-        {'n', "num_positions", nullptr}}},
-      {uint32_t(O::kFusedElementwise),
-       {{'t', "out", nullptr}, {'n', "rank", nullptr}, {'l', "sizes", "rank"},
-        {'n', "num_inputs", nullptr}, {'T', "inputs", "num_inputs"},
-        {'l', "strides", "num_inputs*rank"}, {'n', "num_instrs", nullptr},
-        {'l', "program", "num_instrs*8"}}},
-  };
+  static const std::map<uint32_t, std::vector<FieldSpec>> table = [] {
+    std::map<uint32_t, std::vector<FieldSpec>> t;
+    for (const blob::OpDesc& op : blob::kOps) {
+      std::vector<FieldSpec>& specs = t[uint32_t(op.opcode)];
+      for (size_t i = 0; i < op.num_fields; ++i) {
+        specs.push_back({field_kind(op.fields[i].kind), op.fields[i].name, op.fields[i].count});
+      }
+    }
+    return t;
+  }();
   return table;
 }
 
+// "kCopy", as the builder's messages name an opcode.
 const char* opcode_name(uint32_t opcode) {
-  static const char* names[] = {"?",      "kCopy",      "kBinary",  "kUnary",    "kWhere",
-                                "kMatmul", "kSoftmax",  "kLayerNorm", "kReduce", "kEmbedding",
-                                "kFill",  "kConv2d",    "kPool2d",  "kIndexPut",
-                                "kFusedElementwise"};
-  return opcode < sizeof(names) / sizeof(names[0]) ? names[opcode] : "?";
+  const blob::OpDesc* op = blob::find_op(opcode);
+  return op != nullptr ? op->enum_name : "?";
 }
 
 size_t field_index(const std::vector<FieldSpec>& specs, const char* name) {

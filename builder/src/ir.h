@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
+#include "format/dtype.h"
+#include "format/op_table.h"
 
 namespace kiln::builder {
 
@@ -42,21 +44,22 @@ struct Tensor {
   uint64_t nbytes() const;
 };
 
-/// Element size of a dtype in bytes.
-uint64_t element_size(blob::DType dtype);
-bool is_known_dtype(uint32_t code);
-bool is_floating(blob::DType dtype);
+// The format's dtype helpers (format/dtype.h), the one copy every consumer uses.
+using kiln::engine::element_size;
+using kiln::engine::is_floating;
+using kiln::engine::is_known_dtype;
 
-/// One field of an operand layout: kind 't' tensor id, 'n' integer, 'f' double (stored as bits),
-/// 'l' a list of integers, 'T' a list of tensor ids. A list's length is the product of the fields
-/// named in `count` (or the number there).
+/// One field of an operand layout, as the op table (format/op_table.def) defines it: kind 't'
+/// tensor id, 'n' integer (enums included), 'f' double (stored as bits), 'l' a list of integers,
+/// 'T' a list of tensor ids. A list's length is the product of the fields named in `count` (or
+/// the number there).
 struct FieldSpec {
   char kind;
   const char* name;
   const char* count;   // lists only: "rank", "num_inputs*rank", "num_instrs*8"
 };
 
-/// The operand layout of an opcode (blob_format.h), or nullptr for an unknown opcode.
+/// The operand layout of an opcode, read from the op table; nullptr for an unknown opcode.
 const std::vector<FieldSpec>* layout(uint32_t opcode);
 
 struct Op {

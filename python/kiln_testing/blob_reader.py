@@ -1,4 +1,4 @@
-"""Engine blob bytes (the format of runtime/engine/blob_format.h, at blob_format.FORMAT_VERSION)
+"""Engine blob bytes (the format of format/blob_format.h, at blob_format.FORMAT_VERSION)
 and variant sets -> Kiln IR, for tests and tools. The C++ builder writes them (builder.py;
 builder/src/blob_writer.cpp). Not shipped: the wheel carries kiln_executorch only.
 

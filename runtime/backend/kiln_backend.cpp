@@ -13,7 +13,7 @@
 
 #include "kiln/executorch/stream.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/variant_set_reader.h"
+#include "format/variant_set_reader.h"
 
 namespace kiln {
 namespace {

@@ -19,7 +19,7 @@
 #include "runtime/engine/content_hash.h"
 #include "runtime/engine/device.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 #include "runtime/engine/kernels/conv2d.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/profile.h"

@@ -7,7 +7,7 @@
 
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 
 namespace kiln::engine {
 

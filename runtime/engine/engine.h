@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 struct CUstream_st;  // cudaStream_t without including the CUDA headers here
 

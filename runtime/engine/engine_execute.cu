@@ -14,7 +14,7 @@
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/cuda_engine.h"
 #include "runtime/engine/device.h"
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 #include "runtime/engine/profile.h"
 #include "runtime/engine/step.h"
 #ifdef KILN_ENGINE_FAULT_INJECTION

@@ -7,7 +7,7 @@
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/cuda_engine.h"
 #include "runtime/engine/device.h"
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 #ifdef KILN_ENGINE_FAULT_INJECTION
 #include "runtime/engine/fault_injection.h"
 #endif

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "runtime/engine/algo_cache.h"
-#include "runtime/engine/blob_reader.h"
+#include "format/blob_reader.h"
 #include "runtime/engine/content_hash.h"
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/cuda_engine.h"
 #include "runtime/engine/device.h"
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 #include "runtime/engine/kernels/conv2d.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/profile.h"

@@ -12,8 +12,8 @@
 
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/cuda_engine.h"
-#include "runtime/engine/fail.h"
-#include "runtime/engine/graph.h"
+#include "format/fail.h"
+#include "format/graph.h"
 #include "runtime/engine/profile.h"
 
 namespace kiln::engine {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "runtime/engine/algo_cache.h"
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 
 namespace kiln::engine {
 

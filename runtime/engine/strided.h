@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::engine {
 

@@ -9,7 +9,7 @@
 #include "builder/src/blob_writer.h"
 #include "builder/src/passes.h"
 #include "ir_writer.h"
-#include "runtime/engine/blob_reader.h"
+#include "format/blob_reader.h"
 
 namespace kiln::builder {
 namespace {

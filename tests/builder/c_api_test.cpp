@@ -9,8 +9,8 @@
 
 #include "ir_writer.h"
 #include "kiln/builder.h"
-#include "runtime/engine/blob_reader.h"
-#include "runtime/engine/variant_set_reader.h"
+#include "format/blob_reader.h"
+#include "format/variant_set_reader.h"
 
 namespace kiln::builder {
 namespace {

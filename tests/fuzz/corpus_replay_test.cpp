@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine/blob_reader.h"
+#include "format/blob_reader.h"
 #include "tests/fuzz/graph_contract.h"
 #include "tests/fuzz/read_any.h"
 

@@ -16,7 +16,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 #include "runtime/engine/strided.h"
 
 namespace kiln::engine::fuzz {
@@ -182,20 +182,33 @@ void check_strided_plan(ContractCheck& c, uint32_t rank, const int64_t* sizes,
   }
 }
 
-// The tensors each op reads (kNoTensor where an optional operand is absent).
-inline std::vector<int64_t> reads(const CopyArgs& a) { return {a.x}; }
-inline std::vector<int64_t> reads(const BinaryArgs& a) { return {a.a, a.b}; }
-inline std::vector<int64_t> reads(const UnaryArgs& a) { return {a.x}; }
-inline std::vector<int64_t> reads(const WhereArgs& a) { return {a.cond, a.a, a.b}; }
-inline std::vector<int64_t> reads(const MatmulArgs& a) { return {a.a, a.b, a.bias, a.residual}; }
-inline std::vector<int64_t> reads(const SoftmaxArgs& a) { return {a.x}; }
-inline std::vector<int64_t> reads(const LayerNormArgs& a) { return {a.x, a.weight, a.bias}; }
-inline std::vector<int64_t> reads(const ReduceArgs& a) { return {a.x}; }
-inline std::vector<int64_t> reads(const EmbeddingArgs& a) { return {a.weight, a.indices}; }
-inline std::vector<int64_t> reads(const FillArgs&) { return {}; }
-inline std::vector<int64_t> reads(const Conv2dArgs& a) { return {a.x, a.weight, a.bias}; }
-inline std::vector<int64_t> reads(const Pool2dArgs& a) { return {a.x}; }
-inline std::vector<int64_t> reads(const IndexPutArgs& a) { return {a.values, a.positions}; }
+// The tensors each op reads (kNoTensor where an optional operand is absent): its input and
+// optional-input tensor fields, from the op table (format/op_table.def).
+#define KILN_READS_ROLE_kInput(m) ids.push_back(a.m);
+#define KILN_READS_ROLE_kOptionalInput(m) ids.push_back(a.m);
+#define KILN_READS_ROLE_kOutput(m)
+#define KILN_READS_ROLE_kStateOutput(m)
+#define KILN_READS_T(member, wire, role) KILN_READS_ROLE_##role(member)
+#define KILN_READS_NONE(...)
+#define KILN_READS_table(Name)                                                              \
+  inline std::vector<int64_t> reads([[maybe_unused]] const Name##Args& a) {                 \
+    std::vector<int64_t> ids;                                                               \
+    KILN_FIELDS_##Name(KILN_READS_T, KILN_READS_NONE, KILN_READS_NONE, KILN_READS_NONE,     \
+                       KILN_READS_NONE, KILN_READS_NONE)                                    \
+    return ids;                                                                             \
+  }
+#define KILN_READS_custom(Name)
+#define KILN_READS(Name, code, snake, how) KILN_READS_##how(Name)
+KILN_OPCODES(KILN_READS)
+#undef KILN_READS
+#undef KILN_READS_custom
+#undef KILN_READS_table
+#undef KILN_READS_NONE
+#undef KILN_READS_T
+#undef KILN_READS_ROLE_kInput
+#undef KILN_READS_ROLE_kOptionalInput
+#undef KILN_READS_ROLE_kOutput
+#undef KILN_READS_ROLE_kStateOutput
 inline std::vector<int64_t> reads(const FusedElementwiseArgs& a) {
   return {a.inputs, a.inputs + (a.num_inputs < blob::kMaxFusedInputs ? a.num_inputs
                                                                      : blob::kMaxFusedInputs)};
@@ -281,7 +294,9 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
       break;
     }
     const int64_t out = std::visit([](const auto& a) { return a.out; }, op.args);
-    c.writable(out, op.opcode == blob::Opcode::kIndexPut);
+    const blob::OpDesc& desc = *blob::find_op(static_cast<uint32_t>(op.opcode));
+    c.writable(out, desc.fields[blob::field_index(desc.fields, desc.num_fields, "out")].role ==
+                        blob::Role::kStateOutput);
     if (c.ok() && c.t(out).storage == blob::Storage::kOutput) written[c.t(out).offset] = true;
 
     if (const auto* a = std::get_if<CopyArgs>(&op.args)) {

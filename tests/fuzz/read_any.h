@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/engine/blob_reader.h"
-#include "runtime/engine/variant_set_reader.h"
+#include "format/blob_reader.h"
+#include "format/variant_set_reader.h"
 #include "tests/fuzz/graph_contract.h"
 
 namespace kiln::engine::fuzz {

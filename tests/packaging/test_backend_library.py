@@ -97,7 +97,8 @@ def test_builder_exports_only_its_c_api_and_needs_no_cuda():
     lib = require(INSTALL / "lib" / "libkiln_builder.so", "run scripts/setup.sh")
     names = {l.split()[-1] for l in sh("nm", "-D", "--defined-only", lib).splitlines() if " T " in l}
     assert names == {"kiln_builder_api_version", "kiln_builder_build_blob",
-                     "kiln_builder_build_variant_set", "kiln_builder_free"}, names
+                     "kiln_builder_build_variant_set", "kiln_builder_format_description",
+                     "kiln_builder_free"}, names
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", dynamic(lib))
     assert "libexecutorch.so" in needed, needed
     assert not [n for n in needed if re.search(r"cuda|cublas|cudnn|nvrtc", n)], needed

@@ -64,6 +64,8 @@ int main() {
   if (rc != KILN_BUILDER_OK) { std::printf("error %d: %s\n", rc, error); return 1; }
   std::printf("api %u blob %zu bytes magic %.8s\n", kiln_builder_api_version(), size,
               static_cast<char*>(blob));
+  const char* format = kiln_builder_format_description();
+  std::printf("format %.42s\n", format == nullptr ? "(none)" : format);
   kiln_builder_free(blob);
   ir[0] = 'X';
   rc = kiln_builder_build_blob(ir.data(), ir.size(), KILN_BUILDER_PASSES_ALL, &blob, &size, error,
@@ -96,5 +98,6 @@ def test_cpp_tool_builds_a_blob_through_the_cmake_package(tmp_path):
     assert b.returncode == 0, b.stdout + b.stderr
     r = run([build / "tool"])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "api 1 blob" in r.stdout and "magic KILNBLOB" in r.stdout, r.stdout
+    assert "api 2 blob" in r.stdout and "magic KILNBLOB" in r.stdout, r.stdout
+    assert 'format {"magic": "KILNBLOB", "format_version": 2' in r.stdout, r.stdout
     assert "bad: 1 IR magic is not KILNIR" in r.stdout, r.stdout

@@ -1,7 +1,7 @@
 /* Kiln AOT builder, C API: lowered Kiln IR in, engine blob (or variant set) out.
  *
  * libkiln_builder.so runs the builder's passes over a graph that Python (or any C/C++ tool)
- * lowered into Kiln IR, writes the engine blob (runtime/engine/blob_format.h) and verifies it with
+ * lowered into Kiln IR, writes the engine blob (format/blob_format.h) and verifies it with
  * the runtime's own blob reader before handing it back. No CUDA is needed to use it.
  *
  * Passes, in order (each selected by a KILN_BUILDER_PASS_* bit):
@@ -26,7 +26,7 @@
  *
  *   Header (64 bytes)
  *     char     magic[8]        "KILNIR\0\0"
- *     uint32   version         1
+ *     uint32   version         2 (KILN_IR_VERSION)
  *     uint32   header_size     64
  *     uint32   precision       blob::Precision (0 fp32, 1 tf32, 2 fp16, 3 bf16)
  *     uint32   num_tensors
@@ -52,14 +52,14 @@
  *     uint32   opcode          blob::Opcode
  *     uint32   num_operands    slots this op takes from the operand pool, in op order
  *   int64      operands[num_operands]   each op's operands encoded exactly as the blob's operand
- *                                       pool (blob_format.h layouts; doubles as IEEE-754 bits)
+ *                                       pool (op_table.def layouts; doubles as IEEE-754 bits)
  *   uint32     io[num_inputs + num_outputs]   tensor ids: delegate inputs, then outputs
  *   names      the tensors' names, concatenated in tensor order (UTF-8, no terminators)
  *   data       the contents of every tensor with data_size > 0, concatenated in tensor order,
  *              raw little-endian elements of its dtype, row-major
  *
- * A change to this layout, or to an operand layout of blob_format.h (version 2: kMatmul's
- * residual), bumps KILN_IR_VERSION; the builder rejects any other version.
+ * A change to this layout, or to an operand layout of format/op_table.def (version 2:
+ * kMatmul's residual), bumps KILN_IR_VERSION; the builder rejects any other version.
  */
 #ifndef KILN_BUILDER_H_
 #define KILN_BUILDER_H_
@@ -77,8 +77,9 @@ extern "C" {
 #define KILN_IR_TENSOR_ENTRY_SIZE 104u
 #define KILN_IR_OP_ENTRY_SIZE 8u
 
-/* Version of this C API; a caller checks it before using the functions below. */
-#define KILN_BUILDER_API_VERSION 1u
+/* Version of this C API; a caller checks it before using the functions below.
+ * 2: kiln_builder_format_description. */
+#define KILN_BUILDER_API_VERSION 2u
 
 /* Pass selection bits. */
 #define KILN_BUILDER_PASS_DEAD_OPS (1u << 0)
@@ -110,7 +111,7 @@ uint32_t kiln_builder_api_version(void);
 int kiln_builder_build_blob(const void* ir, size_t ir_size, uint32_t passes, void** blob,
                             size_t* blob_size, char* error, size_t error_size);
 
-/* Builds a variant set (runtime/engine/variant_set.h) from `count` IR buffers, one per shape
+/* Builds a variant set (format/variant_set.h) from `count` IR buffers, one per shape
  * assignment of a dynamic partition: each is built as kiln_builder_build_blob does, each blob
  * serves the shapes of its own input tensors, and when every blob has the same non-empty weights
  * section it is stored once for all. Ownership and errors as kiln_builder_build_blob; an error
@@ -118,6 +119,25 @@ int kiln_builder_build_blob(const void* ir, size_t ir_size, uint32_t passes, voi
 int kiln_builder_build_variant_set(const void* const* irs, const size_t* ir_sizes, size_t count,
                                    uint32_t passes, void** out, size_t* out_size, char* error,
                                    size_t error_size);
+
+/* The engine blob format as one JSON document (UTF-8, NUL-terminated, owned by the library and
+ * valid while it is loaded; do not free it): everything format/blob_format.h, format/op_table.def
+ * and format/variant_set.h define, so a binding in another language derives its mirror from it.
+ *   "magic", "format_version", "header_size", "max_rank", "weight_alignment",
+ *   "flag_external_weights", "max_fused_inputs", "max_fused_instrs", "fused_instr_width": numbers
+ *   (the magic a string); "vset": the variant set's magic, format_version, header_size,
+ *   max_variants, max_inputs, blob_alignment;
+ *   "dtypes": [[name ("Float32"), ScalarType code, element size, floating], ...];
+ *   "enums": {"Storage" | "Precision" | "FusedForm" | "BinaryKind" | "UnaryKind" | "ReduceKind" |
+ *             "PoolKind" | "Epilogue": [[snake_case name, value], ...]};
+ *   "opcodes": [{"name": "layer_norm", "value": 7, "fields": [field, ...]}, ...] in operand order,
+ *     a field being {"name", "kind": "tensor" | "int" | "enum" | "double" | "int_list" |
+ *     "tensor_list", "role" (tensors: "input" | "optional_input" | "output" | "state_output"),
+ *     "min" / "max" (ints; lists: "min" per element; null: unbounded), "enum" (enums: its name),
+ *     "count" (lists: a product of earlier int fields and numbers, "num_inputs*rank")};
+ *   "records": {"Header" | "TensorRecord" | "OpRecord" | "VariantSetHeader" | "VariantRecord" |
+ *               "InputShape": [[member, byte offset, byte size], ...]}. */
+const char* kiln_builder_format_description(void);
 
 /* Releases a buffer returned by the functions above (NULL is ignored). */
 void kiln_builder_free(void* buffer);

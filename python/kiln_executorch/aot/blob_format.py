@@ -1,10 +1,12 @@
-"""Python mirror of runtime/engine/blob_format.h, the Kiln engine blob format v1.
+"""Python mirror of the Kiln engine blob format, version 2 (format/blob_format.h and the op table
+format/op_table.def).
 
-The header is the definition; the C++ builder (builder/) writes blobs from it. This module repeats
-its numbers so Python can encode IR operands for the builder (builder.py) and read blobs back
-(blob_reader.py). tests/python/aot/test_blob_format.py parses the header text and compares
-every constant, enum value, record layout and operand layout with this file, so the two cannot
-drift apart silently.
+Nothing here is kept by hand: the constants, the enums (DType, Storage, Precision, Opcode and the
+op kinds) and the operand layouts come from libkiln_builder.so's kiln_builder_format_description()
+(the C++ table as JSON), loaded when this module is imported. Python adds only the struct formats
+of the records, and tests/python/aot/test_blob_format.py checks those against the offsets and
+sizes the same description gives. The module encodes IR operands for the builder (builder.py) and
+reads blobs back (blob_reader.py).
 """
 
 import struct
@@ -12,19 +14,24 @@ from enum import IntEnum
 
 import torch
 
-MAGIC = b"KILNBLOB"
-FORMAT_VERSION = 2
-HEADER_SIZE = 128
-MAX_RANK = 8
-WEIGHT_ALIGNMENT = 64
+from .builder_library import format_description
+
+_FORMAT = format_description()
+
+MAGIC = _FORMAT["magic"].encode()
+FORMAT_VERSION = _FORMAT["format_version"]
+HEADER_SIZE = _FORMAT["header_size"]
+MAX_RANK = _FORMAT["max_rank"]
+WEIGHT_ALIGNMENT = _FORMAT["weight_alignment"]
 # The header asks for 8-byte aligned sections; the arena alignment is the builder's choice
 # (256 bytes: the widest vector access any kernel makes, and cuBLASLt's preferred alignment).
 SECTION_ALIGNMENT = 8
 ARENA_ALIGNMENT = 256
-FLAG_EXTERNAL_WEIGHTS = 1       # Header.flags bit 0: weights live in the variant set's section
+FLAG_EXTERNAL_WEIGHTS = _FORMAT["flag_external_weights"]  # Header.flags bit 0: shared weights
 
 # The records, field by field as the header declares them (arrays are one struct item: bytes for
-# char/uint8_t arrays, MAX_RANK integers for sizes).
+# char/uint8_t arrays, MAX_RANK integers for sizes). test_blob_format.py checks every offset and
+# size against the description's "records".
 HEADER_FIELDS = ("magic", "format_version", "header_size", "blob_size", "num_tensors", "num_ops",
                  "num_inputs", "num_outputs", "tensors_offset", "ops_offset", "operands_offset",
                  "num_operands", "io_offset", "weights_offset", "weights_size", "arena_size",
@@ -39,14 +46,15 @@ IO_ENTRY = struct.Struct("<I")
 
 assert HEADER.size == HEADER_SIZE and TENSOR_RECORD.size == 96 and OP_RECORD.size == 16
 
-# The variant set (runtime/engine/variant_set.h): N v1 blobs of one dynamic partition, each with the
+# The variant set (format/variant_set.h): the engine blobs of one dynamic partition, each with the
 # delegate input shapes it serves, and optionally one weights section they share.
-VSET_MAGIC = b"KILNVSET"
-VSET_FORMAT_VERSION = 1
-VSET_HEADER_SIZE = 64
-MAX_VARIANTS = 64
-MAX_VSET_INPUTS = 1024
-VSET_BLOB_ALIGNMENT = 8
+_VSET = _FORMAT["vset"]
+VSET_MAGIC = _VSET["magic"].encode()
+VSET_FORMAT_VERSION = _VSET["format_version"]
+VSET_HEADER_SIZE = _VSET["header_size"]
+MAX_VARIANTS = _VSET["max_variants"]
+MAX_VSET_INPUTS = _VSET["max_inputs"]
+VSET_BLOB_ALIGNMENT = _VSET["blob_alignment"]
 VSET_HEADER_FIELDS = ("magic", "format_version", "header_size", "container_size", "num_variants",
                       "num_inputs", "variants_offset", "shapes_offset", "weights_offset",
                       "weights_size")
@@ -60,159 +68,59 @@ assert VSET_HEADER.size == VSET_HEADER_SIZE and VARIANT_RECORD.size == 16
 assert INPUT_SHAPE.size == 72
 
 
-class DType(IntEnum):
-    """ExecuTorch ScalarType codes."""
-    INT32 = 3
-    INT64 = 4
-    FLOAT16 = 5
-    FLOAT32 = 6
-    BOOL = 11
-    BFLOAT16 = 15
+def _python_name(name):
+    """"Float32" -> "FLOAT32", "gelu_erf" -> "GELU_ERF"."""
+    return name.upper()
 
 
-class Storage(IntEnum):
-    ARENA = 0
-    WEIGHT = 1
-    INPUT = 2
-    OUTPUT = 3
-    STATE = 4
+DType = IntEnum("DType", [(_python_name(name), value) for name, value, _, _ in _FORMAT["dtypes"]])
+DType.__doc__ = "ExecuTorch ScalarType codes."
+Opcode = IntEnum("Opcode", [(_python_name(op["name"]), op["value"]) for op in _FORMAT["opcodes"]])
 
 
-class Precision(IntEnum):
-    FP32 = 0
-    TF32 = 1
-    FP16 = 2
-    BF16 = 3
+def _enum(name):
+    return IntEnum(name, [(_python_name(k), v) for k, v in _FORMAT["enums"][name]])
 
 
-class Opcode(IntEnum):
-    COPY = 1
-    BINARY = 2
-    UNARY = 3
-    WHERE = 4
-    MATMUL = 5
-    SOFTMAX = 6
-    LAYER_NORM = 7
-    REDUCE = 8
-    EMBEDDING = 9
-    FILL = 10
-    CONV2D = 11
-    POOL2D = 12
-    INDEX_PUT = 13
-    FUSED_ELEMENTWISE = 14
+Storage = _enum("Storage")
+Precision = _enum("Precision")
+BinaryKind = _enum("BinaryKind")
+UnaryKind = _enum("UnaryKind")
+FusedForm = _enum("FusedForm")
+ReduceKind = _enum("ReduceKind")
+PoolKind = _enum("PoolKind")
+Epilogue = _enum("Epilogue")
+for _e in (DType, Opcode, Storage, Precision, BinaryKind, UnaryKind, FusedForm, ReduceKind,
+           PoolKind, Epilogue):
+    _e.__module__ = __name__
+
+MAX_FUSED_INPUTS = _FORMAT["max_fused_inputs"]
+MAX_FUSED_INSTRS = _FORMAT["max_fused_instrs"]
+FUSED_INSTR_WIDTH = _FORMAT["fused_instr_width"]
 
 
-class BinaryKind(IntEnum):
-    ADD = 0
-    SUB = 1
-    MUL = 2
-    DIV = 3
-    POW = 4
-    MAXIMUM = 5
-    MINIMUM = 6
-    EQ = 7
-    NE = 8
-    LT = 9
-    LE = 10
-    GT = 11
-    GE = 12
-    LOGICAL_AND = 13
-    LOGICAL_OR = 14
-    FLOOR_DIV = 15
-    REMAINDER = 16
+def _layout_entry(field):
+    """One field of the description as the layout strings below spell it."""
+    kind, name = field["kind"], field["name"]
+    if kind == "tensor":
+        return f"t {name}"
+    if kind == "tensor_list":
+        return f"t[{field['count']}] {name}"
+    if kind == "int_list":
+        return f"[{field['count']}] {name}"
+    if kind == "double":
+        return f"f {name}"
+    if kind == "enum":
+        return f"n {name}({field['enum']})"
+    return f"n {name}"
 
 
-class UnaryKind(IntEnum):
-    RELU = 0
-    GELU_ERF = 1
-    GELU_TANH = 2
-    SIGMOID = 3
-    TANH = 4
-    SILU = 5
-    EXP = 6
-    LOG = 7
-    COS = 8
-    SIN = 9
-    RSQRT = 10
-    SQRT = 11
-    NEG = 12
-    ABS = 13
-    HARDSWISH = 14
-    HARDSIGMOID = 15
-    CLAMP = 16
-    LOGICAL_NOT = 17
-    ERF = 18
-    RECIPROCAL = 19
-    POW_SCALAR = 20
-    LEAKY_RELU = 21
-    IDENTITY = 22
-    ERFINV = 23
-
-
-MAX_FUSED_INPUTS = 8
-MAX_FUSED_INSTRS = 16
-FUSED_INSTR_WIDTH = 8
-
-
-class FusedForm(IntEnum):
-    UNARY = 0
-    BINARY = 1
-    WHERE = 2
-
-
-class ReduceKind(IntEnum):
-    SUM = 0
-    MEAN = 1
-    AMAX = 2
-    AMIN = 3
-    ANY = 4
-
-
-class PoolKind(IntEnum):
-    MAX = 0
-    AVG = 1
-
-
-class Epilogue(IntEnum):
-    NONE = 0
-    RELU = 1
-    GELU_ERF = 2
-    GELU_TANH = 3
-
-
-# Operand layouts, copied verbatim from the comment above each opcode in blob_format.h.
+# Operand layouts, one tuple per opcode, from the op table.
 # "t name": tensor id (-1 = none where allowed), "f name": double, "n name": integer,
 # "[rank] name": `rank` consecutive integers ("[a*b] name": a * b of them, both earlier "n" fields
 # or numbers); "t[k] name": k tensor ids. A "(Kind)" suffix names the enum the integer holds.
-OPERAND_LAYOUTS = {
-    Opcode.COPY: ("t x", "t out", "n rank", "[rank] sizes", "n in_offset", "[rank] in_strides",
-                  "n out_offset", "[rank] out_strides"),
-    Opcode.BINARY: ("n kind(BinaryKind)", "t a", "t b", "t out", "f alpha", "f scalar", "n rank",
-                    "[rank] sizes", "[rank] a_strides", "[rank] b_strides"),
-    Opcode.UNARY: ("n kind(UnaryKind)", "t x", "t out", "f p0", "f p1"),
-    Opcode.WHERE: ("t cond", "t a", "t b", "t out", "n rank", "[rank] sizes", "[rank] cond_strides",
-                   "[rank] a_strides", "[rank] b_strides"),
-    Opcode.MATMUL: ("t a", "t b", "t bias", "t out", "n batch", "n M", "n N", "n K", "n trans_a",
-                    "n trans_b", "n a_batch_stride", "n b_batch_stride", "n bias_row_stride",
-                    "n bias_col_stride", "f alpha", "f beta", "n epilogue(Epilogue)",
-                    "t residual"),
-    Opcode.SOFTMAX: ("t x", "t out", "n outer", "n dim", "n inner", "n is_log"),
-    Opcode.LAYER_NORM: ("t x", "t weight", "t bias", "t out", "n rows", "n cols", "f eps"),
-    Opcode.REDUCE: ("n kind(ReduceKind)", "t x", "t out", "n outer", "n reduce", "n inner"),
-    Opcode.EMBEDDING: ("t weight", "t indices", "t out", "n num_indices", "n dim", "n vocab"),
-    Opcode.FILL: ("t out", "f value"),
-    Opcode.CONV2D: ("t x", "t weight", "t bias", "t out", "n N", "n C_in", "n H", "n W", "n C_out",
-                    "n kH", "n kW", "n stride_h", "n stride_w", "n pad_h", "n pad_w", "n dil_h",
-                    "n dil_w", "n groups", "n H_out", "n W_out"),
-    Opcode.POOL2D: ("n kind(PoolKind)", "t x", "t out", "n N", "n C", "n H", "n W", "n kH", "n kW",
-                    "n stride_h", "n stride_w", "n pad_h", "n pad_w", "n dil_h", "n dil_w",
-                    "n H_out", "n W_out", "n count_include_pad"),
-    Opcode.INDEX_PUT: ("t values", "t positions", "t out", "n outer", "n dim_size", "n inner",
-                       "n num_positions"),
-    Opcode.FUSED_ELEMENTWISE: ("t out", "n rank", "[rank] sizes", "n num_inputs",
-                               "t[num_inputs] inputs", "[num_inputs*rank] strides", "n num_instrs",
-                               "[num_instrs*8] program"),
-}
+OPERAND_LAYOUTS = {Opcode(op["value"]): tuple(_layout_entry(f) for f in op["fields"])
+                   for op in _FORMAT["opcodes"]}
 
 
 def parse_field(spec):

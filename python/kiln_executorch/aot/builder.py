@@ -7,25 +7,20 @@ writing the blob or variant set — runs in C++ (builder/, API in builder/includ
 
 The IR crosses as one buffer in the "KILNIR" interchange format that header defines (a versioned
 header, fixed-size tensor and op entries, the blob's own operand encoding, names, raw weight
-bytes). The library is found at KILN_BUILDER_LIBRARY, else in the package's lib/ (installed
-wheel), else in the source checkout's build tree (KILN_BUILD_DIR or <repo>/build). There is no
-Python fallback: a missing library raises.
+bytes). builder_library.py finds and loads the library; there is no Python fallback: a missing
+library raises.
 """
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
-from pathlib import Path
 
 import torch
 
-from .. import _native_library
 from . import blob_format as bf
+from . import builder_library
+from .builder_library import API_VERSION, LIBRARY_NAME, library_path  # noqa: F401
 from .ir import Graph
-
-LIBRARY_NAME = "libkiln_builder.so"
-API_VERSION = 1
 
 IR_MAGIC = b"KILNIR\0\0"
 IR_VERSION = 2
@@ -46,7 +41,6 @@ PASSES_ALL = 0x7F
 WRITE_ONLY = 0                  # the IR is already planned: write it as it is
 UNCHECKED = 1 << 31             # skip the reader's check (deliberately malformed fuzz seeds only)
 
-_PACKAGE = Path(__file__).resolve().parents[1]
 _ERROR_SIZE = 1024
 
 
@@ -54,51 +48,7 @@ class KilnBuilderError(RuntimeError):
     """The C++ builder refused the IR or could not build it; the message is the builder's."""
 
 
-def library_path() -> Path:
-    """KILN_BUILDER_LIBRARY, else the package's lib/ (installed wheel), else the source build tree
-    (KILN_BUILD_DIR, default <repo>/build)."""
-    build = Path(os.environ.get("KILN_BUILD_DIR") or _PACKAGE.parents[1] / "build")
-    return _native_library(LIBRARY_NAME, "KILN_BUILDER_LIBRARY", build / "builder" / LIBRARY_NAME)
-
-
-_lib = None
-
-
-def _library():
-    global _lib
-    if _lib is not None:
-        return _lib
-    path = library_path()
-    if not path.exists():
-        where = ("KILN_BUILDER_LIBRARY points at it" if os.environ.get("KILN_BUILDER_LIBRARY")
-                 else "the package's lib/ and the source build tree were searched")
-        raise RuntimeError(
-            f"kiln_executorch: the AOT builder library {path} is missing ({where}); reinstall "
-            "the kiln_executorch wheel, or in a source checkout build it with "
-            "`cmake --build build --target kiln_builder` (scripts/setup.sh builds everything)")
-    try:
-        # Its only dependency beyond libstdc++ is the executorch wheel's libexecutorch.so (the
-        # blob reader's log), found through the library's RUNPATH.
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        raise RuntimeError(f"kiln_executorch: loading the AOT builder {path} failed: {e}") from e
-    lib.kiln_builder_api_version.restype = ctypes.c_uint32
-    version = lib.kiln_builder_api_version()
-    if version != API_VERSION:
-        raise RuntimeError(f"kiln_executorch: {path} has builder API version {version}, this "
-                           f"package needs {API_VERSION}; rebuild or reinstall them together")
-    out = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p,
-           ctypes.c_size_t]
-    lib.kiln_builder_build_blob.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32] + out
-    lib.kiln_builder_build_blob.restype = ctypes.c_int
-    lib.kiln_builder_build_variant_set.argtypes = [
-        ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
-        ctypes.c_uint32] + out
-    lib.kiln_builder_build_variant_set.restype = ctypes.c_int
-    lib.kiln_builder_free.argtypes = [ctypes.c_void_p]
-    lib.kiln_builder_free.restype = None
-    _lib = lib
-    return lib
+_library = builder_library.load
 
 
 def _raw(data: torch.Tensor) -> bytes:

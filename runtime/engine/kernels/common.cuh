@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 #include "runtime/engine/strided.h"
 
 namespace kiln::engine::kernels {

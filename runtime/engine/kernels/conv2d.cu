@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/engine/cuda_check.h"
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 #include "runtime/engine/kernels/autotune.cuh"
 #include "runtime/engine/kernels/common.cuh"
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 #include "runtime/engine/kernels/common.cuh"
 
 namespace kiln::engine::kernels {

@@ -1,106 +1,88 @@
-"""The Python mirror (kiln_executorch.aot.blob_format) equals runtime/engine/blob_format.h.
+"""The Python mirror (kiln_executorch.aot.blob_format) equals the C++ format definition.
 
-Every number is parsed out of the header text, so a change on either side fails here."""
+The mirror is built from libkiln_builder.so's kiln_builder_format_description(); these tests check
+that it says what the description says, that every opcode has a layout, and that the struct
+formats Python keeps for the records have the offsets and sizes of the C++ structs."""
 
-import re
-from pathlib import Path
+import struct
 
 import pytest
 
 from kiln_executorch.aot import blob_format as bf
+from kiln_executorch.aot.builder_library import format_description
 
-HEADER = Path(__file__).resolve().parents[3] / "runtime" / "engine" / "blob_format.h"
-TEXT = HEADER.read_text()
-CODE = re.sub(r"//[^\n]*", "", TEXT)     # the header without comments
-
-C_TYPES = {"uint32_t": "I", "uint64_t": "Q", "int64_t": "q"}
-
-
-def constants():
-    return {name: int(value) for name, value in
-            re.findall(r"inline constexpr \w+ (k\w+) = (\d+);", CODE)}
-
-
-def struct_fields(name):
-    body = re.search(r"struct %s \{(.*?)\};" % name, CODE, re.S).group(1)
-    return re.findall(r"(\w+) (\w+)(?:\[(\w+)\])?;", body)
-
-
-def struct_format(name):
-    """The struct's layout as a Python struct format, arrays as one item each."""
-    fmt = "<"
-    for ctype, _, count in struct_fields(name):
-        n = constants().get(count, count)
-        if ctype in ("char", "uint8_t"):
-            fmt += f"{n}s"
-        else:
-            fmt += (f"{n}" if count else "") + C_TYPES[ctype]
-    return fmt
-
-
-def enum_values(name):
-    body = re.search(r"enum class %s : \w+ \{(.*?)\};" % name, CODE, re.S).group(1)
-    return {re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", k[1:]).upper(): int(v)
-            for k, v in re.findall(r"(k\w+) = (\d+)", body)}
-
-
-def operand_layouts():
-    """{opcode name: layout tuple} from the "[t x, t out, ...]" comment above each opcode."""
-    body = re.search(r"enum class Opcode : \w+ \{(.*?)\n\};", TEXT, re.S).group(1)
-    layouts, pending = {}, []
-    for line in body.splitlines():
-        line = line.strip()
-        if line.startswith("//"):
-            pending.append(line[2:].strip())
-            continue
-        m = re.match(r"(k\w+) = \d+,", line)
-        if m:
-            comment = " ".join(pending)
-            text = comment[comment.index("[t ") if "[t " in comment else comment.index("[n "):]
-            text = text[1:text.rindex("]")]
-            name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", m.group(1)[1:]).upper()
-            layouts[name] = tuple(re.sub(r"\s+", " ", f).strip() for f in text.split(","))
-            pending = []
-    return layouts
+DESC = format_description()
 
 
 def test_constants_match():
-    c = constants()
-    assert c["kFormatVersion"] == bf.FORMAT_VERSION
-    assert c["kHeaderSize"] == bf.HEADER_SIZE
-    assert c["kMaxRank"] == bf.MAX_RANK
-    assert c["kWeightAlignment"] == bf.WEIGHT_ALIGNMENT
+    assert bf.MAGIC == DESC["magic"].encode() == b"KILNBLOB"
+    assert (bf.FORMAT_VERSION, bf.HEADER_SIZE, bf.MAX_RANK, bf.WEIGHT_ALIGNMENT) == (
+        DESC["format_version"], DESC["header_size"], DESC["max_rank"], DESC["weight_alignment"])
+    assert bf.FLAG_EXTERNAL_WEIGHTS == DESC["flag_external_weights"]
+    assert (bf.MAX_FUSED_INPUTS, bf.MAX_FUSED_INSTRS, bf.FUSED_INSTR_WIDTH) == (
+        DESC["max_fused_inputs"], DESC["max_fused_instrs"], DESC["fused_instr_width"])
+    vset = DESC["vset"]
+    assert (bf.VSET_MAGIC, bf.VSET_FORMAT_VERSION, bf.VSET_HEADER_SIZE, bf.MAX_VARIANTS,
+            bf.MAX_VSET_INPUTS, bf.VSET_BLOB_ALIGNMENT) == (
+        vset["magic"].encode(), vset["format_version"], vset["header_size"],
+        vset["max_variants"], vset["max_inputs"], vset["blob_alignment"])
 
 
-def test_magic_matches():
-    chars = re.search(r"kMagic\[8\] = \{(.*?)\};", CODE).group(1)
-    assert "".join(re.findall(r"'(.)'", chars)).encode() == bf.MAGIC
+def _struct_members(fmt, names):
+    """[(name, offset, size)] of a little-endian struct format, one item per name."""
+    items = []
+    for token in struct.Struct(fmt).format[1:].replace("s", "s ").replace("q", "q ").replace(
+            "Q", "Q ").replace("I", "I ").split():
+        items.append(token)
+    out, offset = [], 0
+    for name, item in zip(names, items, strict=True):
+        size = struct.calcsize("<" + item)
+        out.append([name, offset, size])
+        offset += size
+    return out
 
 
 @pytest.mark.parametrize("name, fmt, fields", [
     ("Header", bf.HEADER, bf.HEADER_FIELDS),
     ("TensorRecord", bf.TENSOR_RECORD, bf.TENSOR_RECORD_FIELDS),
     ("OpRecord", bf.OP_RECORD, bf.OP_RECORD_FIELDS),
+    ("VariantSetHeader", bf.VSET_HEADER, bf.VSET_HEADER_FIELDS),
+    ("VariantRecord", bf.VARIANT_RECORD, bf.VARIANT_RECORD_FIELDS),
+    ("InputShape", bf.INPUT_SHAPE, bf.INPUT_SHAPE_FIELDS),
 ])
 def test_record_layouts_match(name, fmt, fields):
-    assert struct_format(name) == fmt.format
-    assert tuple(f for _, f, _ in struct_fields(name)) == fields
-    size = re.search(r"static_assert\(sizeof\(%s\) == (\w+)" % name, CODE).group(1)
-    assert constants().get(size, size) in (fmt.size, str(fmt.size))
+    assert _struct_members(fmt.format, fields) == DESC["records"][name]
 
 
-@pytest.mark.parametrize("enum", [bf.DType, bf.Storage, bf.Precision, bf.Opcode, bf.BinaryKind,
-                                  bf.UnaryKind, bf.ReduceKind, bf.PoolKind, bf.Epilogue,
-                                  bf.FusedForm])
+@pytest.mark.parametrize("enum", [bf.Storage, bf.Precision, bf.BinaryKind, bf.UnaryKind,
+                                  bf.ReduceKind, bf.PoolKind, bf.Epilogue, bf.FusedForm])
 def test_enum_matches(enum):
-    assert enum_values(enum.__name__) == {m.name: m.value for m in enum}
+    assert {m.name: m.value for m in enum} == {
+        k.upper(): v for k, v in DESC["enums"][enum.__name__]}
 
 
-def test_operand_layouts_match():
-    parsed = operand_layouts()
-    assert set(parsed) == {op.name for op in bf.Opcode}
-    for op in bf.Opcode:
-        assert parsed[op.name] == bf.OPERAND_LAYOUTS[op], op.name
+def test_dtypes_and_opcodes_match():
+    assert {m.name: m.value for m in bf.DType} == {n.upper(): v for n, v, _, _ in DESC["dtypes"]}
+    assert {m.name: m.value for m in bf.Opcode} == {
+        op["name"].upper(): op["value"] for op in DESC["opcodes"]}
+
+
+def test_every_opcode_has_its_layout():
+    assert set(bf.OPERAND_LAYOUTS) == set(bf.Opcode)
+    for op in DESC["opcodes"]:
+        layout = bf.OPERAND_LAYOUTS[bf.Opcode(op["value"])]
+        assert [bf.parse_field(s)[1] for s in layout] == [f["name"] for f in op["fields"]]
+
+
+def test_known_layouts_are_unchanged():
+    """A few layouts spelled out, so a table edit that changes the wire format shows here."""
+    assert bf.OPERAND_LAYOUTS[bf.Opcode.UNARY] == ("n kind(UnaryKind)", "t x", "t out", "f p0",
+                                                   "f p1")
+    assert bf.OPERAND_LAYOUTS[bf.Opcode.FUSED_ELEMENTWISE] == (
+        "t out", "n rank", "[rank] sizes", "n num_inputs", "t[num_inputs] inputs",
+        "[num_inputs*rank] strides", "n num_instrs", "[num_instrs*8] program")
+    assert len(bf.UnaryKind) == 24 and bf.UnaryKind.ERFINV == 23
+    assert bf.Opcode.FUSED_ELEMENTWISE == 14
 
 
 def test_dtype_codes_are_executorch_scalar_types():
@@ -118,40 +100,3 @@ def test_operands_round_trip():
     assert bf.decode_operands(bf.Opcode.BINARY, slots) == operands
     with pytest.raises(ValueError, match="sizes has 1 entries, rank is 2"):
         bf.encode_operands(bf.Opcode.BINARY, {**operands, "sizes": [3]})
-
-
-# The variant set: runtime/engine/variant_set.h against the VSET_* mirror.
-VSET_HEADER = HEADER.parent / "variant_set.h"
-VSET_CODE = re.sub(r"//[^\n]*", "", VSET_HEADER.read_text())
-
-
-def vset_struct(name):
-    body = re.search(r"struct %s \{(.*?)\};" % name, VSET_CODE, re.S).group(1)
-    fields = re.findall(r"(\w+) (\w+)(?:\[([\w:]+)\])?;", body)
-    fmt = "<"
-    for ctype, _, count in fields:
-        n = {"blob::kMaxRank": bf.MAX_RANK}.get(count, count)
-        fmt += f"{n}s" if ctype == "char" else (f"{n}" if count else "") + C_TYPES[ctype]
-    return fmt, tuple(f for _, f, _ in fields)
-
-
-def test_variant_set_constants_match():
-    c = {name: int(value) for name, value in
-         re.findall(r"inline constexpr \w+ (k\w+) = (\d+);", VSET_CODE)}
-    assert c == {"kFormatVersion": bf.VSET_FORMAT_VERSION, "kHeaderSize": bf.VSET_HEADER_SIZE,
-                 "kMaxVariants": bf.MAX_VARIANTS, "kMaxInputs": bf.MAX_VSET_INPUTS,
-                 "kBlobAlignment": bf.VSET_BLOB_ALIGNMENT}
-    chars = re.search(r"kMagic\[8\] = \{(.*?)\};", VSET_CODE).group(1)
-    assert "".join(re.findall(r"'(.)'", chars)).encode() == bf.VSET_MAGIC
-    assert constants()["kFlagExternalWeights"] == bf.FLAG_EXTERNAL_WEIGHTS
-
-
-@pytest.mark.parametrize("name, fmt, fields", [
-    ("VariantSetHeader", bf.VSET_HEADER, bf.VSET_HEADER_FIELDS),
-    ("VariantRecord", bf.VARIANT_RECORD, bf.VARIANT_RECORD_FIELDS),
-    ("InputShape", bf.INPUT_SHAPE, bf.INPUT_SHAPE_FIELDS),
-])
-def test_variant_set_layouts_match(name, fmt, fields):
-    assert vset_struct(name) == (fmt.format, fields)
-    size = re.search(r"static_assert\(sizeof\(%s\) == (\w+)" % name, VSET_CODE).group(1)
-    assert size in (str(fmt.size), "kHeaderSize")

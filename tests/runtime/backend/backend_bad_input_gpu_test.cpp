@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/runtime/engine/blob_builder.h"
-#include "tests/runtime/engine/log_capture.h"
+#include "tests/format/blob_builder.h"
+#include "tests/format/log_capture.h"
 #ifdef KILN_ENGINE_FAULT_INJECTION
 #include "runtime/engine/fault_injection.h"
 #endif

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kiln/executorch/stream.h"
-#include "tests/runtime/engine/blob_builder.h"
-#include "tests/runtime/engine/log_capture.h"
+#include "tests/format/blob_builder.h"
+#include "tests/format/log_capture.h"
 
 namespace kiln::engine {
 namespace {

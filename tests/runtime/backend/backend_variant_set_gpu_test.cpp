@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/runtime/engine/log_capture.h"
-#include "tests/runtime/engine/variant_set_builder.h"
+#include "tests/format/log_capture.h"
+#include "tests/format/variant_set_builder.h"
 
 namespace kiln::engine {
 namespace {

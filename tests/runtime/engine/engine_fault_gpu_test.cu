@@ -14,8 +14,8 @@
 
 #include "runtime/engine/engine.h"
 #include "runtime/engine/fault_injection.h"
-#include "tests/runtime/engine/blob_builder.h"
-#include "tests/runtime/engine/log_capture.h"
+#include "tests/format/blob_builder.h"
+#include "tests/format/log_capture.h"
 
 namespace kiln::engine {
 namespace {

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "runtime/engine/engine.h"
-#include "runtime/engine/graph.h"
-#include "tests/runtime/engine/blob_builder.h"
-#include "tests/runtime/engine/log_capture.h"
+#include "format/graph.h"
+#include "tests/format/blob_builder.h"
+#include "tests/format/log_capture.h"
 
 namespace kiln::engine::gpu_test {
 

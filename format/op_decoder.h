@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/engine/graph.h"
+#include "format/graph.h"
 
 namespace kiln::engine {
 

@@ -1,22 +1,24 @@
 // The Kiln variant set, format version 1: the payload of a delegate whose partition has bounded
 // dynamic dimensions. The AOT builder lowers such a partition once per assignment of its symbolic
-// sizes and stores the resulting format-v1 blobs (blob_format.h) side by side, each with the
+// sizes and stores the resulting engine blobs (blob_format.h) side by side, each with the
 // delegate input shapes it serves. This header is the single definition of the container; the
 // C++ builder (builder/) writes it from here, the Python reader's mirror
-// (python/kiln_executorch/aot/blob_format.py) repeats it and a test checks that the two agree. A partition without dynamic dimensions is a plain v1 blob, never a variant set.
+// (python/kiln_executorch/aot/blob_format.py) repeats it and a test checks it against the
+// builder's format description. A partition without dynamic dimensions is a plain engine blob,
+// never a variant set.
 //
 // Layout (all integers little-endian; every offset is from the start of the container):
 //
 //   [0, 64)            VariantSetHeader
 //   variants_offset    VariantRecord[num_variants]                (8-byte aligned)
 //   shapes_offset      InputShape[num_variants * num_inputs]      variant v's input i at v * num_inputs + i
-//   blobs              each variant's v1 blob at its blob_offset  (8-byte aligned)
+//   blobs              each variant's engine blob at its blob_offset (8-byte aligned)
 //   weights_offset     weights_size bytes: the shared weights section (64-byte aligned), or none
 //
 // Shared weights: when every variant's weights section is identical, the builder stores it once
 // here. Those variant blobs then have weights_size 0 and bit kFlagExternalWeights set in
 // blob::Header::flags, and their kWeight tensors address this section instead of their own.
-// A variant without the flag carries its own weights as any v1 blob does.
+// A variant without the flag carries its own weights as any engine blob does.
 //
 // Every variant has the same number of inputs and outputs with the same dtypes; no two variants
 // serve the same input shapes.
@@ -24,7 +26,7 @@
 
 #include <cstdint>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::engine::vset {
 
@@ -51,7 +53,7 @@ struct VariantSetHeader {
 static_assert(sizeof(VariantSetHeader) == kHeaderSize, "VariantSetHeader layout");
 
 struct VariantRecord {
-  uint64_t blob_offset;      // a format-v1 blob, kBlobAlignment aligned
+  uint64_t blob_offset;      // an engine blob, kBlobAlignment aligned
   uint64_t blob_size;        // equals that blob's Header::blob_size
 };
 static_assert(sizeof(VariantRecord) == 16, "VariantRecord layout");

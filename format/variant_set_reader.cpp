@@ -1,11 +1,11 @@
-#include "runtime/engine/variant_set_reader.h"
+#include "format/variant_set_reader.h"
 
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 
 namespace kiln::engine {
 namespace {

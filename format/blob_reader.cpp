@@ -1,4 +1,4 @@
-#include "runtime/engine/blob_reader.h"
+#include "format/blob_reader.h"
 
 #include <cstdarg>
 #include <cstddef>
@@ -8,8 +8,8 @@
 #include <limits>
 #include <variant>
 
-#include "runtime/engine/fail.h"
-#include "runtime/engine/op_decoder.h"
+#include "format/fail.h"
+#include "format/op_decoder.h"
 
 namespace kiln::engine {
 namespace {
@@ -419,10 +419,10 @@ class BlobReader {
     for (uint32_t i = 0; i < h.num_ops; ++i) {
       blob::OpRecord r;
       std::memcpy(&r, data_ + h.ops_offset + uint64_t{i} * sizeof(r), sizeof(r));
-      if (r.opcode < static_cast<uint32_t>(blob::Opcode::kCopy) ||
-          r.opcode > static_cast<uint32_t>(blob::Opcode::kFusedElementwise)) {
+      if (blob::find_op(r.opcode) == nullptr) {
         return fail(Error::InvalidProgram,
-                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..14)", i, r.opcode);
+                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..%zu)", i, r.opcode,
+                    blob::kNumOpcodes);
       }
       if (!extent_inside(r.first_operand, r.num_operands, h.num_operands)) {
         return fail(Error::InvalidProgram,

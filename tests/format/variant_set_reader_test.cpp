@@ -1,7 +1,7 @@
 // The variant set reader: a valid container round-trips; every malformed one is a specific Error
 // with a sentence naming the field, never a crash.
 
-#include "runtime/engine/variant_set_reader.h"
+#include "format/variant_set_reader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/runtime/engine/log_capture.h"
-#include "tests/runtime/engine/variant_set_builder.h"
+#include "tests/format/log_capture.h"
+#include "tests/format/variant_set_builder.h"
 
 namespace kiln::engine {
 namespace {

@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "runtime/engine/blob_format.h"
+#include "format/blob_format.h"
 
 namespace kiln::engine::testing {
 
@@ -104,7 +104,7 @@ class BlobBuilder {
     operands.insert(operands.end(), list.begin(), list.end());
   }
 
-  // --- One helper per opcode, operands in blob_format.h order. ---
+  // --- One helper per opcode, operands in op table order (format/op_table.def). ---
 
   void copy(int64_t x, int64_t out, const Sizes& sizes, int64_t in_offset, const Sizes& in_strides,
             int64_t out_offset, const Sizes& out_strides) {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/engine/blob_reader.h"
-#include "runtime/engine/variant_set.h"
+#include "format/blob_reader.h"
+#include "format/variant_set.h"
 
 namespace kiln::engine {
 
@@ -20,8 +20,8 @@ struct Shape {
   int64_t sizes[blob::kMaxRank] = {};
 };
 
-/// One shape-specialised plan: a format-v1 blob and the input shapes it serves. Borrowed from the
-/// buffer given to read_variant_set.
+/// One shape-specialised plan: an engine blob (blob_format.h) and the input shapes it serves.
+/// Borrowed from the buffer given to read_variant_set.
 struct Variant {
   const uint8_t* blob = nullptr;
   size_t blob_size = 0;
@@ -36,7 +36,7 @@ struct VariantSet {
   WeightsView weights;
 };
 
-/// Whether the buffer starts with the variant set magic (it is not a plain v1 blob then).
+/// Whether the buffer starts with the variant set magic (it is not a plain engine blob then).
 bool is_variant_set(const void* data, size_t size);
 
 /// Validates the container at [data, data + size): header, counts, every offset and extent, each

@@ -1,4 +1,4 @@
-#include "runtime/engine/fail.h"
+#include "format/fail.h"
 
 #include <executorch/runtime/platform/log.h>
 

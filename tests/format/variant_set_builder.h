@@ -1,4 +1,4 @@
-// Builds variant sets (runtime/engine/variant_set.h) in tests, laid out as the AOT writer lays
+// Builds variant sets (format/variant_set.h) in tests, laid out as the AOT writer lays
 // them out, from BlobBuilder blobs; plus a small shape-specialisable graph to fill them with.
 #pragma once
 
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "runtime/engine/blob_format.h"
-#include "runtime/engine/variant_set.h"
-#include "tests/runtime/engine/blob_builder.h"
+#include "format/blob_format.h"
+#include "format/variant_set.h"
+#include "tests/format/blob_builder.h"
 
 namespace kiln::engine::testing {
 
