@@ -48,7 +48,14 @@ class KilnBuilderError(RuntimeError):
     """The C++ builder refused the IR or could not build it; the message is the builder's."""
 
 
-_library = builder_library.load
+_lib = None   # the library builder.py uses; None makes the next call look for it again
+
+
+def _library():
+    global _lib
+    if _lib is None:
+        _lib = builder_library.load(use_cache=False)
+    return _lib
 
 
 def _raw(data: torch.Tensor) -> bytes:

@@ -30,10 +30,11 @@ def library_path() -> Path:
 _lib = None
 
 
-def load():
-    """The loaded library, its functions typed; raises RuntimeError when it is missing."""
+def load(use_cache: bool = True):
+    """The loaded library, its functions typed; raises RuntimeError when it is missing.
+    use_cache=False looks for it again (library_path() may have changed)."""
     global _lib
-    if _lib is not None:
+    if use_cache and _lib is not None:
         return _lib
     path = library_path()
     if not path.exists():
