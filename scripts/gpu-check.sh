@@ -110,6 +110,18 @@ run|sanitize)
   py_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$stage/site/executorch/lib:$stage/site/kiln_executorch/lib:/usr/local/cuda/lib64:$py_site/nvidia/cu13/lib:$py_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+  # Wheels carried in .whl/ (e.g. the pinned transformers, for the real models' eager references,
+  # when the machine's own differs): installed without dependencies into the stage, ahead of the
+  # machine's packages.
+  if compgen -G "$root/.whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/pylib" \
+      "$root"/.whl/*.whl || { echo "gpu-check: cannot install the wheels of .whl/" >&2; exit 1; }
+    export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  python3 -c 'import importlib.metadata as m
+for p in ("torch", "torchvision", "transformers"):
+    try: print(p, m.version(p))
+    except m.PackageNotFoundError: print(p, "not installed")' | tee "$out/packages.txt"
   status=0
   # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
   # Programs the program-level GPU tests load (staged by tests/gpu_e2e/export_*.py).
