@@ -60,8 +60,12 @@ class Logits(nn.Module):
         self.register_buffer("positions", torch.arange(seq)[None], persistent=False)
 
     def forward(self, input_ids):
-        return self.model(input_ids=input_ids, attention_mask=self.mask, position_ids=self.positions,
-                          use_cache=False).logits
+        # The decoder, then the LM head over every position, as LlamaForCausalLM.forward does
+        # (whose slice of the positions to keep, all of them here, exports as an alias op that
+        # Kiln leaves to the CPU).
+        hidden = self.model.model(input_ids=input_ids, attention_mask=self.mask,
+                                  position_ids=self.positions, use_cache=False).last_hidden_state
+        return self.model.lm_head(hidden)
 
 
 def _torchvision(name):
