@@ -17,6 +17,7 @@ few files); those runs are not part of the results.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import re
 import statistics
@@ -106,9 +107,15 @@ def passes(entry: dict, result: dict) -> bool:
     if "device_io" in result and not passes(entry, result["device_io"]):
         return False
     # fp32: 1e-4 absolute, relative to the output's magnitude where that exceeds 1;
-    # bf16/fp16: 2e-2 relative to the output's largest magnitude.
+    # bf16/fp16: 2e-2 relative to the output's largest magnitude. Real models carry their own
+    # tolerance, relative to the output's largest magnitude (bench/export_models.py).
     for e in result["errors"]:
-        limit = 1e-4 * max(1.0, e["ref_max_abs"]) if entry["precision"] == "fp32" else 2e-2 * e["ref_max_abs"]
+        if "tolerance" in entry:
+            limit = entry["tolerance"] * e["ref_max_abs"]
+        elif entry["precision"] == "fp32":
+            limit = 1e-4 * max(1.0, e["ref_max_abs"])
+        else:
+            limit = 2e-2 * e["ref_max_abs"]
         if e["nan"] or e["max_abs"] > limit:
             return False
     return True
@@ -135,7 +142,28 @@ def time_cuda(fn, iterations: int) -> float:
 CONV_MODELS = {"cnn_small", "resnet18", "mobilenet_v3_small"}
 
 
+def set_tf32(on: bool) -> None:
+    torch.backends.cudnn.allow_tf32 = on
+    torch.backends.cuda.matmul.allow_tf32 = on and DEFAULT_MATMUL_TF32
+
+
+DEFAULT_MATMUL_TF32 = torch.backends.cuda.matmul.allow_tf32  # False unless the machine set it
+
+
 def torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list) -> dict:
+    if entry.get("suite") == "real":
+        # Real models: each Kiln precision against one torch setting, every mode. fp32 against
+        # strict fp32 (TF32 off everywhere, Kiln's fp32 arithmetic); tf32 against torch's default
+        # fp32 (TF32 convolutions, fp32 matmuls); bf16 against bf16.
+        strict = entry["precision"] == "fp32"
+        set_tf32(not strict)
+        try:
+            torch._dynamo.reset()
+            return {"torch_tf32_convolutions": not strict,
+                    **_torch_refs(models, entry, iterations, compile_modes, "")}
+        finally:
+            set_tf32(True)
+            torch._dynamo.reset()
     out = _torch_refs(models, entry, iterations, compile_modes, "")
     if entry["precision"] == "fp32" and entry["key"] in CONV_MODELS:
         torch.backends.cudnn.allow_tf32 = False
@@ -149,8 +177,27 @@ def torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list) 
     return out
 
 
+_BUILT: dict = {}
+
+
+def rebuilt(key: str):
+    """A fresh copy of the seeded module: the last key's is kept (real models take seconds to
+    build and are timed in three precisions)."""
+    if key not in _BUILT:
+        _BUILT.clear()
+        _BUILT[key] = build(key)[0]
+    return copy.deepcopy(_BUILT[key])
+
+
 def _torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list, prefix: str) -> dict:
-    module, _ = build(entry["key"])
+    module = rebuilt(entry["key"])
+    if "weights_digest" in entry:  # real models: bit for bit the exported weights, or no timing
+        from real_models import weights_digest
+
+        if weights_digest(module) != entry["weights_digest"]:
+            return {"error": f"the rebuilt {entry['key']} has other weights than the exported one "
+                             f"(SHA-256 {weights_digest(module)} vs {entry['weights_digest']}): "
+                             "its torchvision/transformers builds another state_dict"}
     got = weights_checksum(module)
     if abs(got - entry["weights_checksum"]) > 1e-6 * max(1.0, abs(got)):
         return {"error": f"seeded weights differ from the exported ones (checksum {got} vs "
@@ -169,9 +216,11 @@ def _torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list,
         for name, fn in variants:
             try:
                 t0 = time.time()
-                fn(*dev_inputs)
+                first = fn(*dev_inputs)
                 torch.cuda.synchronize()
                 warm_s = time.time() - t0
+                if entry.get("suite") == "real":  # torch's own error against the CPU fp32 outputs
+                    out[f"{name}_max_abs_err"] = max_abs_error(models, entry, first)
                 out[f"{name}_device_ms"] = time_cuda(lambda: fn(*dev_inputs), iterations)
                 if prefix:
                     out[f"{name}_first_call_s"] = round(warm_s, 2)
@@ -186,6 +235,12 @@ def _torch_refs(models: Path, entry: dict, iterations: int, compile_modes: list,
             except Exception as e:  # noqa: BLE001 - report and go on with the other variants
                 out[f"{name}_error"] = f"{type(e).__name__}: {e}"[:500]
     return out
+
+
+def max_abs_error(models: Path, entry: dict, outputs) -> float:
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    return max(float((o.detach().float().cpu() - load(models, s)).abs().max())
+               for o, s in zip(outputs, entry["outputs"]))
 
 
 def chart(results: list, path: Path) -> None:
@@ -244,8 +299,11 @@ def main() -> int:
                                          entry["pte_device_resident"])
         refs = torch_refs(args.models, entry, args.iterations, modes) if kiln.get("ok") else {}
         ok = passes(entry, kiln)
-        failed += not ok
+        failed += not ok or bool(refs.get("error"))
+        if refs.get("error"):
+            print(f"   torch references: {refs['error']}", flush=True)
         results.append({**{k: entry[k] for k in ("key", "precision", "kiln_partitions", "ops_outside")},
+                        **{k: entry[k] for k in ("suite", "tolerance") if k in entry},
                         "pass": ok, "kiln": kiln, "torch": refs})
         err = max((e["max_abs"] for e in kiln.get("errors", []) + kiln.get("device_io", {}).get("errors", [])),
                   default=float("nan"))
@@ -301,6 +359,11 @@ def main() -> int:
         if k.get("ok"):
             print(f"{r['key']:22s} {r['precision']:5s} {k['init_cold_ms']:9.2f} {k['init_warm_ms']:9.2f}"
                   f" {mib(k['device_weight_bytes']):9.2f} {mib(k['device_activation_bytes']):9.2f}")
+    if any(r.get("suite") == "real" for r in results):
+        from table import real_table
+
+        print("\nreal models: Kiln device-resident against torch on device tensors, median ms")
+        print("\n".join(real_table(results)))
     print(f"\n{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0
 

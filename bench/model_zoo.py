@@ -1,7 +1,8 @@
 """The models the GPU check and the benchmark run: the public fixture modules (tests/python/models.py)
 plus torchvision's resnet18 and mobilenet_v3_small and a 2-layer transformer encoder, all with
-seeded random weights. `build(key)` gives the module (eval mode) and its example inputs; the
-weights travel to the GPU machine as a state_dict, so only the classes are needed there."""
+seeded random weights. `build(key)` gives the module (eval mode) and its example inputs, for the
+real models of bench/real_models.py too; the weights do not travel to the GPU machine: it rebuilds
+each module from the same seed, so only the classes are needed there."""
 from __future__ import annotations
 
 import sys
@@ -12,6 +13,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 import models as fixture_models  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import real_models  # noqa: E402
 
 
 class Encoder2(nn.Module):
@@ -49,6 +53,8 @@ ZOO = {
 
 
 def build(key: str, seed: int = 0):
+    if key in real_models.REAL:
+        return real_models.build(key, seed)
     ctor, specs = ZOO[key]
     torch.manual_seed(seed)
     module = ctor().eval()

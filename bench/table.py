@@ -1,6 +1,11 @@
-"""The README's results table, in Markdown, from gpu_run.py's JSON files:
+"""The README's results tables, in Markdown, from gpu_run.py's JSON files:
 
     table.py bench/results/h200_fixtures_and_zoo.json bench/results/h200_resnet18_*.json
+    table.py --real bench/results/h200_real_*.json
+
+--real: the real models (bench/real_models.py), Kiln's device-resident span against torch eager,
+torch.compile default and reduce-overhead on device tensors, each precision against its torch
+setting (fp32: TF32 off; tf32: torch's default fp32; bf16).
 """
 from __future__ import annotations
 
@@ -14,7 +19,35 @@ def fmt(v: float, digits: int = 3) -> str:
     return "-" if v != v else f"{v:.{digits}f}"
 
 
+def real_table(results: list) -> list:
+    """Markdown rows for the real models of `results` (gpu_run.py's result entries)."""
+    setting = {"fp32": "fp32, TF32 off", "tf32": "default fp32", "bf16": "bf16"}
+    lines = ["| model | prec. | torch | Kiln partitions | CPU ops | Kiln err / max | torch err / max | "
+             "Kiln (ms) | eager | compile default | reduce-overhead | Kiln / eager | Kiln / default | "
+             "Kiln / reduce-overhead |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.get("suite") != "real":
+            continue
+        k, t = r["kiln"], r["torch"]
+        errs = k.get("errors", []) + k.get("device_io", {}).get("errors", [])
+        scale = max((e["ref_max_abs"] for e in errs), default=NAN)
+        err = max((e["max_abs"] for e in errs), default=NAN) / scale
+        dev = k.get("device_io", {}).get("event_span_ms", NAN)
+        best = dev if dev == dev else k.get("median_ms", NAN)
+        ms = [t.get(f"{name}_device_ms", NAN) for name in ("eager", "compile_default", "compile_reduce-overhead")]
+        lines.append(f"| {r['key']} | {r['precision']} | {setting.get(r['precision'], '-')} | "
+                     f"{r['kiln_partitions']} | {len(r['ops_outside'])} | {err:.2g} | "
+                     f"{t.get('eager_max_abs_err', NAN) / scale:.2g} | {fmt(best, 4)} | "
+                     + " | ".join(fmt(v) for v in ms) + " | "
+                     + " | ".join(fmt(best / v, 2) for v in ms) + " |")
+    return lines
+
+
 def main(paths: list[str]) -> int:
+    if paths[:1] == ["--real"]:
+        print("\n".join(real_table([r for p in paths[1:] for r in json.load(open(p))["results"]])))
+        return 0
     print("| model | prec. | Kiln partitions | max abs error | Kiln, host I/O | Kiln, device-resident | "
           "eager | reduce-overhead | reduce-overhead, TF32 off | Kiln / eager | Kiln / reduce-overhead | "
           "Kiln / reduce-overhead, TF32 off | init cold / warm (ms) | weights / activations (MiB) |")

@@ -2,11 +2,16 @@
 # The whole GPU check, in two halves:
 #
 #   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests | --tests T1,T2] [--no-e2e]
-#                                [--no-roofline]
+#                                [--no-roofline] [--limit-mib 60] [--max-keys N]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
 #       eager outputs). .gpu/ is git-ignored; carry it to the GPU machine with the repository.
+#       --keys real: the real models of bench/real_models.py (with --precisions fp32,tf32,bf16).
+#       When the programs do not fit one transfer (--limit-mib) or one run (--max-keys models a
+#       bundle), prepare splits them (bench/bundle.py) into .gpu/stage-1.tar.xz, stage-2, ...
+#       (each with the install tree, the GPU tests and other programs in the first) and prints
+#       the run command of each.
 #   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2] [--profile]
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
 #       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
@@ -21,15 +26,18 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-# KILN_GPU_BUNDLE picks another bundle (e.g. one large model packed on its own).
+# KILN_GPU_BUNDLE picks another bundle (e.g. one of those prepare split the programs into; a
+# bundle is one or more concatenated xz streams of tar archives, hence ignore_zeros below).
 bundle="${KILN_GPU_BUNDLE:-$root/.gpu/stage.tar.xz}"
 mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""; roofline=1
+  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""; roofline=1; limit_mib=60; max_keys=1000
   while [ $# -gt 0 ]; do
     case "$1" in
+      --limit-mib) limit_mib="$2"; shift 2 ;;  # the largest bundle: one transfer carries 64 MiB
+      --max-keys) max_keys="$2"; shift 2 ;;  # the most models a bundle (a run's time limit)
       --keys) keys="$2"; shift 2 ;;
       --precisions) precisions="$2"; shift 2 ;;
       --no-tests) tests=0; shift ;;
@@ -42,7 +50,7 @@ prepare)
   set -e
   bash scripts/setup.sh
   stage=$(mktemp -d)
-  trap 'rm -rf "$stage"' EXIT
+  trap 'rm -rf "$stage" "$stage.bundles"' EXIT
   mkdir -p "$stage/site/executorch/lib" "$stage/tests"
   cp -a build/install/kiln_executorch "$stage/site/"
   et_lib=$(.venv/bin/python -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib")')
@@ -72,11 +80,15 @@ prepare)
       PYTHONPATH="$root/python" .venv/bin/python "$script" --out "$stage/e2e/$name"
     done
   fi
-  mkdir -p "$(dirname "$bundle")"
-  # One xz stream with a dictionary larger than any program: the device-resident copy of a
-  # program repeats its weights, and a window that reaches back to the first copy stores them once.
-  tar -C "$stage" --sort=name -cf - . | xz -T1 --lzma2=preset=6,dict=128MiB > "$bundle"
-  ls -la "$bundle"
+  # Each bundle is a .tar.xz under the limit; its run line names it (KILN_GPU_BUNDLE) and the
+  # device call carries it.
+  prefix=${bundle%.tar.xz}
+  .venv/bin/python bench/bundle.py --stage "$stage" --prefix "$prefix" --limit-mib "$limit_mib" \
+    --max-keys "$max_keys" | tee "$stage.bundles"
+  echo "run each bundle on the GPU machine (carry the bundle's path):"
+  grep -E '\.tar\.xz [0-9.]+ MiB' "$stage.bundles" | while read -r path _; do
+    echo "  KILN_GPU_BUNDLE=${path#"$root"/} scripts/gpu-check.sh run --compile default,reduce-overhead"
+  done
   ;;
 run|sanitize)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
@@ -92,12 +104,24 @@ run|sanitize)
     esac
   done
   stage=$(mktemp -d)
-  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$stage" \
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], ignore_zeros=True).extractall(sys.argv[2])' "$bundle" "$stage" \
     || { echo "gpu-check: cannot unpack $bundle (run prepare first)" >&2; exit 1; }
   # cuBLASLt and cuDNN: the toolkit's, else the ones the machine's PyTorch brought (nvidia-* wheels).
   py_site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$stage/site/executorch/lib:$stage/site/kiln_executorch/lib:/usr/local/cuda/lib64:$py_site/nvidia/cu13/lib:$py_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+  # Wheels carried in .whl/ (e.g. the pinned transformers, for the real models' eager references,
+  # when the machine's own differs): installed without dependencies into the stage, ahead of the
+  # machine's packages.
+  if compgen -G "$root/.whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/pylib" \
+      "$root"/.whl/*.whl || { echo "gpu-check: cannot install the wheels of .whl/" >&2; exit 1; }
+    export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  python3 -c 'import importlib.metadata as m
+for p in ("torch", "torchvision", "transformers"):
+    try: print(p, m.version(p))
+    except m.PackageNotFoundError: print(p, "not installed")' | tee "$out/packages.txt"
   status=0
   # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
   # Programs the program-level GPU tests load (staged by tests/gpu_e2e/export_*.py).
