@@ -7,7 +7,8 @@ namespace {
 using namespace reader_test;
 
 TEST(BlobReader, UnknownOpcodeFails) {
-  for (uint32_t opcode : {0u, 15u, 0xFFFFFFFFu}) {
+  // 0, the first code past the table (opcodes are 1..kNumOpcodes), and the largest.
+  for (uint32_t opcode : {0u, uint32_t(blob::kNumOpcodes + 1), 0xFFFFFFFFu}) {
     BlobBuilder b = kitchen_sink();
     b.ops[4].opcode = opcode;
     EXPECT_TRUE(

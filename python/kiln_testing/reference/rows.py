@@ -1,5 +1,5 @@
-"""Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kEmbedding and
-kIndexPut (the state write)."""
+"""Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kCumsum,
+kEmbedding and kIndexPut (the state write)."""
 
 import torch
 
@@ -39,6 +39,13 @@ def _reduce(m, kind, x, out, outer, reduce, inner):
     y = {ReduceKind.SUM: lambda: v.sum(dim=1), ReduceKind.MEAN: lambda: v.mean(dim=1),
          ReduceKind.AMAX: lambda: v.amax(dim=1), ReduceKind.AMIN: lambda: v.amin(dim=1)}[kind]()
     m.write(out, None, y)
+
+
+@semantics(Opcode.CUMSUM)
+def _cumsum(m, x, out, outer, dim, inner):
+    v = m.read(x).reshape(outer, dim, inner)
+    v = v.to(m.fp if v.dtype.is_floating_point else torch.int64)
+    m.write(out, None, v.cumsum(dim=1))
 
 
 @semantics(Opcode.EMBEDDING)

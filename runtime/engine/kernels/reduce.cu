@@ -162,10 +162,119 @@ class ReduceStep final : public Step {
   DType x_dtype_, out_dtype_;
 };
 
+// --- Cumsum: inclusive prefix sums along the middle axis of [outer, dim, inner]. ---
+
+template <typename Acc>
+__device__ __forceinline__ Acc add(Acc a, Acc b) {
+  if constexpr (std::is_integral_v<Acc>) {
+    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // wraps
+  } else {
+    return a + b;
+  }
+}
+
+template <typename T, typename Acc>
+__device__ __forceinline__ Acc summand(T v) {
+  if constexpr (std::is_integral_v<Acc>) {
+    return to_int(v);
+  } else {
+    return static_cast<double>(to_float(v));
+  }
+}
+
+// inner == 1: a warp per contiguous row, 32 elements a step: a shuffle scan within the step plus
+// the running total of the steps before (position ids, masks: one long row).
+template <typename Acc>
+__device__ __forceinline__ void store_sum(void* out, DType dtype, int64_t i, Acc v) {
+  if constexpr (std::is_integral_v<Acc>) {
+    store_i64(out, dtype, i, v);
+  } else {
+    store_f64(out, dtype, i, v);
+  }
+}
+
+template <typename T>
+__global__ void cumsum_rows_kernel(const T* __restrict__ x, void* __restrict__ out, DType dtype,
+                                   int64_t rows, int64_t cols) {
+  using Acc = AccOf<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_per_block = blockDim.x / 32;
+  const int64_t first = blockIdx.x * warps_per_block + threadIdx.x / 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  for (int64_t row = first; row < rows; row += stride) {
+    const T* xr = x + row * cols;
+    Acc carry = Acc{0};
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      const int64_t c = c0 + lane;
+      Acc v = c < cols ? summand<T, Acc>(xr[c]) : Acc{0};
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const Acc up = __shfl_up_sync(0xffffffffu, v, offset);
+        if (lane >= offset) v = add(v, up);
+      }
+      v = add(v, carry);
+      if (c < cols) store_sum(out, dtype, row * cols + c, v);
+      carry = __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+}
+
+// inner > 1: a thread per (outer, inner) column walks the axis with stride `inner` (coalesced
+// across neighbouring threads).
+template <typename T>
+__global__ void cumsum_columns_kernel(const T* __restrict__ x, void* __restrict__ out, DType dtype,
+                                      int64_t outer, int64_t dim, int64_t inner) {
+  using Acc = AccOf<T>;
+  const int64_t columns = outer * inner;
+  for (int64_t i = thread_index(); i < columns; i += thread_count()) {
+    const int64_t o = i / inner;
+    const int64_t base = o * dim * inner + (i - o * inner);
+    Acc acc = Acc{0};
+    for (int64_t r = 0; r < dim; ++r) {
+      acc = add(acc, summand<T, Acc>(x[base + r * inner]));
+      store_sum(out, dtype, base + r * inner, acc);
+    }
+  }
+}
+
+class CumsumStep final : public Step {
+ public:
+  CumsumStep(const CumsumArgs& args, const Graph& graph)
+      : a_(args), dtype_(graph.tensors[args.x].dtype) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.outer == 0 || a_.dim == 0 || a_.inner == 0) {
+      return Error::Ok;
+    }
+    visit_dtype(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* x = ctx.ptr<const T>(a_.x);
+      void* out = ctx.ptr(a_.out);
+      if (a_.inner == 1) {
+        constexpr int kRowsPerBlock = kBlock / 32;
+        const unsigned blocks = blocks_for(a_.outer, kRowsPerBlock, ctx.max_blocks);
+        cumsum_rows_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, dtype_, a_.outer, a_.dim);
+      } else {
+        const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock, ctx.max_blocks);
+        cumsum_columns_kernel<T>
+            <<<blocks, kBlock, 0, ctx.stream>>>(x, out, dtype_, a_.outer, a_.dim, a_.inner);
+      }
+    });
+    return Error::Ok;
+  }
+
+ private:
+  CumsumArgs a_;
+  DType dtype_;
+};
+
 }  // namespace
 
 StepResult make_reduce_step(const ReduceArgs& args, const InitContext& ctx) {
   return std::unique_ptr<Step>(new ReduceStep(args, ctx.graph));
+}
+
+StepResult make_cumsum_step(const CumsumArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new CumsumStep(args, ctx.graph));
 }
 
 }  // namespace kiln::engine::kernels

@@ -147,6 +147,16 @@ CASES = {
                         dict(emb=nn.Embedding(10, 4))),
     "arange_full": (lambda m, x: x * torch.arange(5) + torch.full((4, 5), 0.5), (x45,)),
     "full_like_matmul": (lambda m, x: x @ torch.ones(5, 3) + torch.zeros_like(x[:, :3]), (x45,)),
+    # Prefix sums (kCumsum): each axis of a 3-D tensor, a row longer than a warp's step, and the
+    # integer position ids HF models compute from an attention mask (Bool and int sums are int64).
+    "cumsum_dims": (lambda m, x: torch.cat([x.cumsum(0), x.cumsum(1), x.cumsum(-1)]),
+                    (randn(3, 5, 4),)),
+    "cumsum_long_row": (lambda m, x: torch.cumsum(x, dim=-1), (randn(2, 300),)),
+    "cumsum_position_ids": (lambda m, mask: (mask.cumsum(-1) - 1) * mask,
+                            (torch.tensor([[0, 0, 1, 1, 1, 1, 1], [1] * 7]),)),
+    "cumsum_bool_and_int32": (lambda m, x: (x > 0).cumsum(0) + x.int().cumsum(1),
+                              (randn(6, 5) * 3,)),
+    "cumsum_to_float": (lambda m, i: torch.cumsum(i, 0, dtype=torch.float32), (randint(9, 5, 3),)),
     "causal_mask": (lambda m, x: x.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1),
                                                float("-inf")).softmax(-1), (randn(4, 4),)),
 }
@@ -193,7 +203,7 @@ def refused(found, op):
 
 
 @pytest.mark.parametrize("fn, inputs, op, reason", [
-    (lambda m, x: torch.cumsum(x, 0), (x45,), "aten.cumsum.default",
+    (lambda m, x: torch.cumprod(x, 0), (x45,), "aten.cumprod.default",
      "not in Kiln's operator table"),
     (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),
     (lambda m, x: torch.sigmoid(x), (randint(5, 3),), "aten.sigmoid.default",

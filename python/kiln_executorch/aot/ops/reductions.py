@@ -1,5 +1,5 @@
 """Reductions over some or all dims: mean, sum, amax, amin, any (kReduce, one per run of
-adjacent reduced dims)."""
+adjacent reduced dims); prefix sums along one dim (kCumsum)."""
 
 import math
 
@@ -63,3 +63,23 @@ family.register_kinds(numeric_input, _reduction,
                       {ReduceKind.AMAX: aten.amax.default, ReduceKind.AMIN: aten.amin.default})
 family.register_kinds(any_input, _reduction,
                       {ReduceKind.ANY: (aten.any.default, aten.any.dim, aten.any.dims)})
+
+
+@family.lowers(aten.cumsum.default, check=any_input)
+def _cumsum(lw, node):
+    """cumsum(x, dim, dtype=None): integer and Bool inputs sum to int64 (torch's promotion), or to
+    `dtype`; kCumsum sums in its operand's dtype, so a differing input is cast first."""
+    x = node.args[0]
+    sizes = list(shape(x))
+    d = wrap_dim(arguments(node)["dim"], len(sizes)) if sizes else 0
+    cur = lw.tensor(x)
+    if dtype(x) != dtype(node):
+        cast = lw.new(node)
+        n = math.prod(sizes)
+        lw.copy(cur, cast, [n], 0, [1], 0, [1])
+        cur = cast
+    out = lw.new(node)
+    lw.g.add_op(Opcode.CUMSUM, x=cur, out=out, outer=math.prod(sizes[:d]),
+                dim=sizes[d] if sizes else 1, inner=math.prod(sizes[d + 1:]))
+    return out
+

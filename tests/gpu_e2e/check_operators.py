@@ -1,0 +1,85 @@
+"""On the GPU machine: every operator case export_operators.py staged runs through kiln_runner and
+gives eager PyTorch's answer (recorded at export): floating outputs within 1e-4 of the output's
+magnitude (max(1, max|expected|)), NaN where eager has NaN; integer and Bool outputs exactly.
+
+    check_operators.py --dir DIR --runner PATH/kiln_runner
+
+Prints one line per case and a closing 'N passed, M failed'; exits non-zero on any failure.
+Needs numpy only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TOLERANCE = 1e-4
+
+
+def read(directory: Path, spec: dict) -> np.ndarray:
+    return np.fromfile(directory / spec["file"], dtype=spec["dtype"]).reshape(spec["shape"])
+
+
+def compare(actual: np.ndarray, expected: np.ndarray) -> str | None:
+    """None when actual matches expected, else what differs."""
+    if actual.size != expected.size:
+        return f"{actual.size} elements, expected {expected.size}"
+    actual = actual.reshape(expected.shape)
+    if expected.dtype.kind != "f":
+        bad = np.flatnonzero(actual != expected)
+        return None if bad.size == 0 else (
+            f"{bad.size} elements differ, first at {bad[0]}: {actual.flat[bad[0]]} vs "
+            f"{expected.flat[bad[0]]}")
+    nan = np.isnan(expected)
+    if not np.array_equal(np.isnan(actual), nan):
+        return "NaN where eager has none, or the other way round"
+    finite = ~nan
+    if not finite.any():
+        return None
+    scale = max(1.0, float(np.abs(expected[finite]).max()))
+    err = float(np.abs(actual[finite].astype(np.float64) - expected[finite]).max())
+    return None if err <= TOLERANCE * scale else f"max abs error {err:.3g} > {TOLERANCE} * {scale:.3g}"
+
+
+def run_case(runner: Path, directory: Path, case: dict) -> str | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [str(runner), str(directory / case["program"]), "--output-dir", tmp]
+        for i, spec in enumerate(case["inputs"]):
+            command += ["--input", f"{i}={directory / spec['file']}"]
+        r = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            return f"kiln_runner exit {r.returncode}: {r.stderr.strip()[-400:]}"
+        for j, spec in enumerate(case["expected"]):
+            path = Path(tmp) / f"output_{j}.bin"
+            if not path.exists():
+                return f"kiln_runner wrote no {path.name}"
+            why = compare(np.fromfile(path, dtype=spec["dtype"]), read(directory, spec))
+            if why:
+                return f"output {j}: {why}"
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, required=True)
+    ap.add_argument("--runner", type=Path, required=True)
+    ap.add_argument("--bin", type=Path, help="unused")
+    ap.add_argument("--install", type=Path, help="unused")
+    args = ap.parse_args()
+    cases = json.loads((args.dir / "manifest.json").read_text())
+    failed = 0
+    for case in cases:
+        why = run_case(args.runner, args.dir, case)
+        failed += why is not None
+        print(f"operator {case['case']}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
+    print(f"operators: {len(cases) - failed} passed, {failed} failed")
+    return 1 if failed or not cases else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
