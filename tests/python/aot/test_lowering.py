@@ -227,7 +227,10 @@ def test_outputs_sharing_storage_get_their_own_memory():
      ["full", "exp", "cumsum", "executorch_call_delegate", "getitem"]),
 ])
 def test_view_only_or_constant_only_partitions_are_not_delegated(fn, kept):
-    program = lower(Fn(fn), (torch.randn(4, 5),)).exported_program()
+    # cumsum stays on ExecuTorch's CPU kernel (exclude_ops): what is left around it is views or
+    # constants only.
+    program = lower(Fn(fn), (torch.randn(4, 5),),
+                    exclude_ops=[torch.ops.aten.cumsum.default]).exported_program()
     names = [getattr(n.target, "__name__", str(n.target)) for n in program.graph.nodes
              if n.op == "call_function"]
     assert [n.split(".")[-2] if "." in n else n for n in names] == kept
