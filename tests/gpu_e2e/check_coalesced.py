@@ -14,7 +14,6 @@ wrong boundary copy in either direction shows as a wrong output. One line per ca
 on any failure."""
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import subprocess
@@ -23,6 +22,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+import e2e_args  # tests/gpu_e2e/e2e_args.py, beside this script
 
 
 def load_verify(directory: Path):
@@ -59,12 +60,7 @@ def compare_file(actual_file: Path, expected_file: Path, atol: float):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, required=True)
-    ap.add_argument("--runner", type=Path, required=True)
-    ap.add_argument("--bin", type=Path, help="unused")
-    ap.add_argument("--install", type=Path, help="unused")
-    args = ap.parse_args()
+    args = e2e_args.parse(__doc__)
     verify = load_verify(args.dir)
     manifest = json.loads((args.dir / "manifest.json").read_text())
     atol = manifest["atol"]

@@ -18,7 +18,6 @@ executorch). Runs export_erfinv.py's programs through kiln_runner:
 One line per case; exits 1 if any case fails (a missing CUDA torch is a failure that says so)."""
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+import e2e_args  # tests/gpu_e2e/e2e_args.py, beside this script
 
 F32 = np.float32
 
@@ -126,12 +127,7 @@ def coalesced(actual, expected, tol):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, required=True)
-    ap.add_argument("--runner", type=Path, required=True)
-    ap.add_argument("--bin", type=Path, help="unused")
-    ap.add_argument("--install", type=Path, help="unused")
-    args = ap.parse_args()
+    args = e2e_args.parse(__doc__)
     manifest = json.loads((args.dir / "manifest.json").read_text())
     failures, total = 0, 0
 

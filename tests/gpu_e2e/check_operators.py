@@ -9,7 +9,6 @@ Needs numpy only.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -17,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+import e2e_args  # tests/gpu_e2e/e2e_args.py, beside this script
 
 TOLERANCE = 1e-4
 
@@ -65,12 +66,7 @@ def run_case(runner: Path, directory: Path, case: dict) -> str | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, required=True)
-    ap.add_argument("--runner", type=Path, required=True)
-    ap.add_argument("--bin", type=Path, help="unused")
-    ap.add_argument("--install", type=Path, help="unused")
-    args = ap.parse_args()
+    args = e2e_args.parse(__doc__)
     cases = json.loads((args.dir / "manifest.json").read_text())
     failed = 0
     for case in cases:
