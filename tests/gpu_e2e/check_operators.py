@@ -1,6 +1,7 @@
 """On the GPU machine: every operator case export_operators.py staged runs through kiln_runner and
-gives eager PyTorch's answer (recorded at export): floating outputs within 1e-4 of the output's
-magnitude (max(1, max|expected|)), NaN where eager has NaN; integer and Bool outputs exactly.
+gives eager PyTorch's answer (recorded at export): floating outputs within 1e-4 (float16: 1e-3,
+bfloat16: 8e-3, about one unit in the last place) of the output's magnitude (max(1, max|expected|)),
+NaN where eager has NaN; integer and Bool outputs exactly.
 
     check_operators.py --dir DIR --runner PATH/kiln_runner
 
@@ -19,14 +20,21 @@ import numpy as np
 
 import e2e_args  # tests/gpu_e2e/e2e_args.py, beside this script
 
-TOLERANCE = 1e-4
+TOLERANCE = {"float32": 1e-4, "float16": 1e-3, "bfloat16": 8e-3}
+
+
+def load(path: Path, dtype: str) -> np.ndarray:
+    """A raw file of `dtype`; bfloat16 (stored as its 16 bits) widened to float32."""
+    if dtype == "bfloat16":
+        return (np.fromfile(path, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return np.fromfile(path, dtype=dtype)
 
 
 def read(directory: Path, spec: dict) -> np.ndarray:
-    return np.fromfile(directory / spec["file"], dtype=spec["dtype"]).reshape(spec["shape"])
+    return load(directory / spec["file"], spec["dtype"]).reshape(spec["shape"])
 
 
-def compare(actual: np.ndarray, expected: np.ndarray) -> str | None:
+def compare(actual: np.ndarray, expected: np.ndarray, tolerance: float) -> str | None:
     """None when actual matches expected, else what differs."""
     if actual.size != expected.size:
         return f"{actual.size} elements, expected {expected.size}"
@@ -44,7 +52,7 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> str | None:
         return None
     scale = max(1.0, float(np.abs(expected[finite]).max()))
     err = float(np.abs(actual[finite].astype(np.float64) - expected[finite]).max())
-    return None if err <= TOLERANCE * scale else f"max abs error {err:.3g} > {TOLERANCE} * {scale:.3g}"
+    return None if err <= tolerance * scale else f"max abs error {err:.3g} > {tolerance} * {scale:.3g}"
 
 
 def run_case(runner: Path, directory: Path, case: dict) -> str | None:
@@ -59,7 +67,8 @@ def run_case(runner: Path, directory: Path, case: dict) -> str | None:
             path = Path(tmp) / f"output_{j}.bin"
             if not path.exists():
                 return f"kiln_runner wrote no {path.name}"
-            why = compare(np.fromfile(path, dtype=spec["dtype"]), read(directory, spec))
+            why = compare(load(path, spec["dtype"]), read(directory, spec),
+                          TOLERANCE.get(spec["dtype"], 0.0))
             if why:
                 return f"output {j}: {why}"
     return None

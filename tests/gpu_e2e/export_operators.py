@@ -24,15 +24,19 @@ TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "python" / "aot"))
 import test_operators  # noqa: E402  (CASES and build)
 
-# numpy dtype names, for the check on a machine with numpy only.
-NUMPY = {torch.float32: "float32", torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
+# numpy dtype names, for the check on a machine with numpy only; bfloat16 (which numpy lacks) is
+# stored as its raw 16 bits and widened there.
+NUMPY = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+         torch.int64: "int64", torch.int32: "int32", torch.int8: "int8", torch.uint8: "uint8",
+         torch.bool: "bool"}
 
 
 def save(t: torch.Tensor, path: Path) -> dict:
     t = t.detach().contiguous()
     if t.dtype not in NUMPY:
         raise SystemExit(f"export_operators: {path.name}: dtype {t.dtype} has no raw format here")
-    path.write_bytes(t.numpy().tobytes())
+    raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+    path.write_bytes(raw.numpy().tobytes())
     return {"file": path.name, "dtype": NUMPY[t.dtype], "shape": list(t.shape)}
 
 
