@@ -1,7 +1,7 @@
 """On the GPU machine: every operator case export_operators.py staged runs through kiln_runner and
 gives eager PyTorch's answer (recorded at export): floating outputs within 1e-4 (float16: 1e-3,
 bfloat16: 8e-3, about one unit in the last place) of the output's magnitude (max(1, max|expected|)),
-NaN where eager has NaN; integer and Bool outputs exactly.
+NaN and infinities (with their sign) where eager has them; integer and Bool outputs exactly.
 
     check_operators.py --dir DIR --runner PATH/kiln_runner
 
@@ -44,10 +44,13 @@ def compare(actual: np.ndarray, expected: np.ndarray, tolerance: float) -> str |
         return None if bad.size == 0 else (
             f"{bad.size} elements differ, first at {bad[0]}: {actual.flat[bad[0]]} vs "
             f"{expected.flat[bad[0]]}")
-    nan = np.isnan(expected)
-    if not np.array_equal(np.isnan(actual), nan):
+    if not np.array_equal(np.isnan(actual), np.isnan(expected)):
         return "NaN where eager has none, or the other way round"
-    finite = ~nan
+    infinite = np.isinf(expected)
+    if not np.array_equal(np.isinf(actual), infinite) or not np.array_equal(
+            actual[infinite], expected[infinite]):
+        return "an infinity where eager has none, of the other sign, or missing"
+    finite = np.isfinite(expected)
     if not finite.any():
         return None
     scale = max(1.0, float(np.abs(expected[finite]).max()))
