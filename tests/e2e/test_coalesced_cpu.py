@@ -155,8 +155,11 @@ def test_gpu_check_needs_only_python_numpy_and_kiln_verify():
     # The GPU machine has python3, torch and numpy, not executorch or kiln_executorch.
     import ast
 
-    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "kiln_verify", "__future__"}
-    for path in [GPU_E2E / "check_coalesced.py", REPO / "tools" / "kiln_verify.py"]:
+    # e2e_args: the check scripts' shared command line, beside them (stdlib only, checked too).
+    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "kiln_verify", "e2e_args",
+                                               "__future__"}
+    for path in [GPU_E2E / "check_coalesced.py", GPU_E2E / "e2e_args.py",
+                 REPO / "tools" / "kiln_verify.py"]:
         tree = ast.parse(path.read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
