@@ -116,14 +116,16 @@ def test_check_script_judges_runner_results(exported, tmp_path):
     assert "kiln_runner exit 3" in r.stdout
 
 
-def test_check_needs_only_python_numpy_and_torch():
-    # The GPU machine has python3, numpy and torch, not executorch or kiln_executorch.
+@pytest.mark.parametrize("script", ["check_erfinv.py", "check_operators.py", "e2e_args.py"])
+def test_check_needs_only_python_numpy_and_torch(script):
+    # The GPU machine has python3, numpy and torch, not executorch or kiln_executorch; e2e_args is
+    # the checks' shared command line beside them.
     import ast
 
-    tree = ast.parse((HERE / "check_erfinv.py").read_text())
+    tree = ast.parse((HERE / script).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
                 for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree)
                  if isinstance(n, ast.ImportFrom) and n.module}
-    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "__future__"}
+    allowed = set(sys.stdlib_module_names) | {"numpy", "torch", "e2e_args", "__future__"}
     assert imported <= allowed, sorted(imported - allowed)
