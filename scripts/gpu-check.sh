@@ -120,8 +120,8 @@ run|sanitize)
   fi
   python3 -c 'import importlib.metadata as m
 for p in ("torch", "torchvision", "transformers"):
-    try: print(p, m.version(p))
-    except m.PackageNotFoundError: print(p, "not installed")' | tee "$out/packages.txt"
+    try: print(f"{p}: {m.version(p)}")  # "name: version": a record of that machine, not a pin
+    except m.PackageNotFoundError: print(f"{p}: not installed")' | tee "$out/packages.txt"
   status=0
   # Programs for program_threads_gpu_test (tests/gpu_e2e/export_concurrency.py staged them).
   # Programs the program-level GPU tests load (staged by tests/gpu_e2e/export_*.py).
