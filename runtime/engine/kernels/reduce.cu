@@ -164,39 +164,13 @@ class ReduceStep final : public Step {
 
 // --- Cumsum: inclusive prefix sums along the middle axis of [outer, dim, inner]. ---
 
-template <typename Acc>
-__device__ __forceinline__ Acc add(Acc a, Acc b) {
-  if constexpr (std::is_integral_v<Acc>) {
-    return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));  // wraps
-  } else {
-    return a + b;
-  }
-}
-
-template <typename T, typename Acc>
-__device__ __forceinline__ Acc summand(T v) {
-  if constexpr (std::is_integral_v<Acc>) {
-    return to_int(v);
-  } else {
-    return static_cast<double>(to_float(v));
-  }
-}
-
-// inner == 1: a warp per contiguous row, 32 elements a step: a shuffle scan within the step plus
-// the running total of the steps before (position ids, masks: one long row).
-template <typename Acc>
-__device__ __forceinline__ void store_sum(void* out, DType dtype, int64_t i, Acc v) {
-  if constexpr (std::is_integral_v<Acc>) {
-    store_i64(out, dtype, i, v);
-  } else {
-    store_f64(out, dtype, i, v);
-  }
-}
-
+// The sums use the reductions' own pieces with ReduceKind::kSum: value() widens an element
+// (fp64 or int64), Combine adds (wrapping for integers), store_result rounds once to out's dtype.
 template <typename T>
 __global__ void cumsum_rows_kernel(const T* __restrict__ x, void* __restrict__ out, DType dtype,
                                    int64_t rows, int64_t cols) {
   using Acc = AccOf<T>;
+  const Combine<Acc> add{ReduceKind::kSum};
   const int lane = threadIdx.x % 32;
   const int64_t warps_per_block = blockDim.x / 32;
   const int64_t first = blockIdx.x * warps_per_block + threadIdx.x / 32;
@@ -206,13 +180,13 @@ __global__ void cumsum_rows_kernel(const T* __restrict__ x, void* __restrict__ o
     Acc carry = Acc{0};
     for (int64_t c0 = 0; c0 < cols; c0 += 32) {
       const int64_t c = c0 + lane;
-      Acc v = c < cols ? summand<T, Acc>(xr[c]) : Acc{0};
+      Acc v = c < cols ? value<T, Acc>(ReduceKind::kSum, xr[c]) : Acc{0};
       for (int offset = 1; offset < 32; offset *= 2) {
         const Acc up = __shfl_up_sync(0xffffffffu, v, offset);
         if (lane >= offset) v = add(v, up);
       }
       v = add(v, carry);
-      if (c < cols) store_sum(out, dtype, row * cols + c, v);
+      if (c < cols) store_result(out, dtype, row * cols + c, v, ReduceKind::kSum, cols);
       carry = __shfl_sync(0xffffffffu, v, 31);
     }
   }
@@ -224,14 +198,15 @@ template <typename T>
 __global__ void cumsum_columns_kernel(const T* __restrict__ x, void* __restrict__ out, DType dtype,
                                       int64_t outer, int64_t dim, int64_t inner) {
   using Acc = AccOf<T>;
+  const Combine<Acc> add{ReduceKind::kSum};
   const int64_t columns = outer * inner;
   for (int64_t i = thread_index(); i < columns; i += thread_count()) {
     const int64_t o = i / inner;
     const int64_t base = o * dim * inner + (i - o * inner);
     Acc acc = Acc{0};
     for (int64_t r = 0; r < dim; ++r) {
-      acc = add(acc, summand<T, Acc>(x[base + r * inner]));
-      store_sum(out, dtype, base + r * inner, acc);
+      acc = add(acc, value<T, Acc>(ReduceKind::kSum, x[base + r * inner]));
+      store_result(out, dtype, base + r * inner, acc, ReduceKind::kSum, dim);
     }
   }
 }
