@@ -181,9 +181,17 @@ for p in ("torch", "torchvision", "transformers"):
     if cmake -S examples/cpp_consumer -B "$consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
          -DCMAKE_PREFIX_PATH="$stage/site/kiln_executorch;$stage/site/executorch/lib/cmake/executorch" > "$out/consumer_build.log" 2>&1 \
        && cmake --build "$consumer" >> "$out/consumer_build.log" 2>&1; then
-      first=$(ls "$stage"/models/*.pte | grep -v '_device\.pte$' | head -1)  # host I/O, not device-resident
-      "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
-      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      # The consumer feeds float inputs: the first host-I/O program whose inputs are all float.
+      first=$(python3 -c 'import json, sys
+for e in json.load(open(sys.argv[1] + "/manifest.json")):
+    if all(i["dtype"] == "Float" for i in e["inputs"]):
+        print(sys.argv[1] + "/" + e["pte"]); break' "$stage/models")
+      if [ -z "$first" ]; then
+        echo "consumer built; no staged program takes float inputs only, so none was run" | tee "$out/consumer.log"
+      else
+        "$consumer/consumer" "$first" 2>&1 | tail -3 | tee "$out/consumer.log"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      fi
     else
       tail -20 "$out/consumer_build.log"; status=1
     fi
