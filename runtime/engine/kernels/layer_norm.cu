@@ -54,6 +54,63 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, 
   }
 }
 
+// Rows of up to kThreads * kPerThread columns: one block per row, the row held in registers, so
+// it is read from memory once (the kernel above reads it three times). Same two-pass arithmetic.
+// Transformer widths (768..8192) at a few hundred rows are latency-bound, and a block per row
+// spreads them over every SM where a warp per row used a handful.
+template <typename T, int kThreads, int kPerThread>
+__global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
+    const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols, float eps,
+    const Affine affine) {
+  __shared__ float scratch[32];
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    T* outr = out + row * cols;
+    float v[kPerThread];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      v[i] = c < cols ? to_float(xr[c]) : 0.0f;
+      sum += v[i];
+    }
+    const float mean = group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      const float d = c < cols ? v[i] - mean : 0.0f;
+      squares += d * d;
+    }
+    const float variance = group_reduce<kThreads>(squares, SumOp{}, scratch) * inv_cols;
+    const float rstd = rsqrtf(variance + eps);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      if (c < cols) {
+        float y = (v[i] - mean) * rstd;
+        if (affine.weight != nullptr) {
+          y *= static_cast<float>(load_f64(affine.weight, affine.weight_dtype, c));
+        }
+        if (affine.bias != nullptr) {
+          y += static_cast<float>(load_f64(affine.bias, affine.bias_dtype, c));
+        }
+        outr[c] = from_float<T>(y);
+      }
+    }
+  }
+}
+
+// The register-cached kernel for one width class: rows of up to kThreads * 8 columns.
+template <typename T, int kThreads>
+void launch_cached(const T* x, T* out, int64_t rows, int64_t cols, float eps,
+                   const Affine& affine, const RunContext& ctx) {
+  const unsigned blocks = blocks_for(rows, 1, ctx.max_blocks * (kBlock / kThreads));
+  layer_norm_cached_kernel<T, kThreads, 8>
+      <<<blocks, kThreads, 0, ctx.stream>>>(x, out, rows, cols, eps, affine);
+}
+
 class LayerNormStep final : public Step {
  public:
   LayerNormStep(const LayerNormArgs& args, const Graph& graph)
@@ -75,7 +132,13 @@ class LayerNormStep final : public Step {
       using T = typename decltype(tag)::type;
       const T* x = ctx.ptr<const T>(a_.x);
       T* out = ctx.ptr<T>(a_.out);
-      if (a_.cols <= kWarpRowLimit) {
+      if (a_.cols > 256 && a_.cols <= 1024) {
+        launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+      } else if (a_.cols > 1024 && a_.cols <= 2048) {
+        launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+      } else if (a_.cols > 2048 && a_.cols <= 8192) {
+        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+      } else if (a_.cols <= kWarpRowLimit) {
         constexpr int kRowsPerBlock = kBlock / 32;
         const unsigned blocks = blocks_for(a_.rows, kRowsPerBlock, ctx.max_blocks);
         layer_norm_kernel<T, 32>

@@ -58,10 +58,12 @@ TEST_F(EngineGpu, SoftmaxRowsColumnsAndLog) {
 
 TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t cols : {16, 3000, 1}) {
+    // Every width class of the kernels: a warp per row (<= 256), a register-cached block per row
+    // (257..8192, partly filled blocks included), the uncached block loop (> 8192).
+    for (int64_t cols : {16, 3000, 1, 257, 768, 1000, 1024, 2048, 4096, 8192, 8193}) {
       for (bool affine : {true, false}) {
         OneOp c;
-        const int64_t rows = 5;
+        const int64_t rows = cols == 768 ? 700 : 5;  // 700: BERT/ViT-like, hundreds of blocks
         const HostTensor x = random(dtype, {rows, cols}, -3.0, 5.0);
         const HostTensor w = random(DType::kFloat32, {cols});
         const HostTensor bias = random(dtype, {cols});
