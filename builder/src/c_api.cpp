@@ -24,6 +24,7 @@ void set_error(char* error, size_t error_size, const std::string& message) {
 Graph build(const void* ir, size_t ir_size, uint32_t passes) {
   Graph g = read_ir(ir, ir_size);
   if (passes & KILN_BUILDER_PASS_DEAD_OPS) eliminate_dead_ops(g);
+  if (passes & KILN_BUILDER_PASS_FUSE_NORMS) fuse_rms_norms(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_matmul_epilogues(g);
   if (passes & KILN_BUILDER_PASS_PRECISION) convert_precision(g);
   if (passes & KILN_BUILDER_PASS_FUSE_ELEMENTWISE) fuse_elementwise(g);

@@ -57,8 +57,8 @@ const Op* sole_reader(const Graph& g, const Op& mm,
   return rs.size() == 1 ? rs[0] : nullptr;
 }
 
-// Whether `strides` address `sizes` row-major without gaps or broadcast (a size-1 dimension's
-// stride never matters).
+}  // namespace
+
 bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   int64_t expected = 1;
   for (size_t d = sizes.size(); d-- > 0;) {
@@ -67,6 +67,8 @@ bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>
   }
   return true;
 }
+
+namespace {
 
 // A kMatmul whose result only an add reads (y = mm + r, r of the same shape and dtype) takes r as
 // its residual: cuBLASLt adds it as C with beta 1. The fused op moves to the add's place, where r

@@ -11,6 +11,15 @@ namespace kiln::builder {
 /// Drops ops whose result no output or state depends on.
 void eliminate_dead_ops(Graph& g);
 
+/// RMSNorm as decoders write it, x * rsqrt(mean(x^2, last dim) + eps) (times a weight), a chain
+/// of pow, mean, add, rsqrt and mul ops whose intermediates nothing else reads, becomes one
+/// kLayerNorm with rms set.
+void fuse_rms_norms(Graph& g);
+
+/// Whether `strides` address `sizes` row-major without gaps or broadcast (a size-1 dimension's
+/// stride never matters).
+bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
+
 /// kMatmul whose result only an add of a same-shaped tensor reads: that tensor becomes the
 /// matmul's residual (the add's result a view of the matmul's). Then kMatmul followed by
 /// relu/gelu as the only reader of its result: the activation runs in the matmul's epilogue and

@@ -164,8 +164,8 @@ class BlobBuilder {
   }
 
   void layer_norm(int64_t x, int64_t weight, int64_t bias, int64_t out, int64_t rows, int64_t cols,
-                  double eps) {
-    op(blob::Opcode::kLayerNorm, {x, weight, bias, out, rows, cols, f(eps)});
+                  double eps, bool rms = false) {
+    op(blob::Opcode::kLayerNorm, {x, weight, bias, out, rows, cols, f(eps), rms});
   }
 
   void reduce(blob::ReduceKind kind, int64_t x, int64_t out, int64_t outer, int64_t reduce,

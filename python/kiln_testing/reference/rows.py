@@ -15,9 +15,9 @@ def _softmax(m, x, out, outer, dim, inner, is_log):
 
 
 @semantics(Opcode.LAYER_NORM)
-def _layer_norm(m, x, weight, bias, out, rows, cols, eps):
+def _layer_norm(m, x, weight, bias, out, rows, cols, eps, rms):
     v = m.read(x).to(m.fp).reshape(rows, cols)
-    mean = v.mean(dim=1, keepdim=True)
+    mean = torch.zeros_like(v[:, :1]) if rms else v.mean(dim=1, keepdim=True)
     var = ((v - mean) ** 2).mean(dim=1, keepdim=True)
     y = (v - mean) / torch.sqrt(var + eps)
     if weight >= 0:

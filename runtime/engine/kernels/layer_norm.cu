@@ -16,10 +16,10 @@ struct Affine {
 
 // One group of kGroup threads per row (a warp for short rows, the block for long ones). The mean
 // comes first and the variance is taken around it, which avoids the cancellation of E[x^2]-E[x]^2;
-// the re-reads of the row hit L1/L2.
+// the re-reads of the row hit L1/L2. rms (RMSNorm): the mean is 0, the variance is mean(x^2).
 template <typename T, int kGroup>
 __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows,
-                                  int64_t cols, float eps, const Affine affine) {
+                                  int64_t cols, float eps, const Affine affine, bool rms) {
   __shared__ float scratch[32];
   const int lane = threadIdx.x % kGroup;
   const int64_t groups_per_block = blockDim.x / kGroup;
@@ -30,10 +30,10 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, 
     const T* xr = x + row * cols;
     T* outr = out + row * cols;
     float sum = 0.0f;
-    for (int64_t c = lane; c < cols; c += kGroup) {
+    for (int64_t c = lane; c < cols && !rms; c += kGroup) {
       sum += to_float(xr[c]);
     }
-    const float mean = group_reduce<kGroup>(sum, SumOp{}, scratch) * inv_cols;
+    const float mean = rms ? 0.0f : group_reduce<kGroup>(sum, SumOp{}, scratch) * inv_cols;
     float squares = 0.0f;
     for (int64_t c = lane; c < cols; c += kGroup) {
       const float d = to_float(xr[c]) - mean;
@@ -61,7 +61,7 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, 
 template <typename T, int kThreads, int kPerThread>
 __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
     const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols, float eps,
-    const Affine affine) {
+    const Affine affine, bool rms) {
   __shared__ float scratch[32];
   const float inv_cols = 1.0f / static_cast<float>(cols);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
       v[i] = c < cols ? to_float(xr[c]) : 0.0f;
       sum += v[i];
     }
-    const float mean = group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
+    const float mean = rms ? 0.0f : group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
     float squares = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
@@ -105,10 +105,10 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
 // The register-cached kernel for one width class: rows of up to kThreads * 8 columns.
 template <typename T, int kThreads>
 void launch_cached(const T* x, T* out, int64_t rows, int64_t cols, float eps,
-                   const Affine& affine, const RunContext& ctx) {
+                   const Affine& affine, bool rms, const RunContext& ctx) {
   const unsigned blocks = blocks_for(rows, 1, ctx.max_blocks * (kBlock / kThreads));
   layer_norm_cached_kernel<T, kThreads, 8>
-      <<<blocks, kThreads, 0, ctx.stream>>>(x, out, rows, cols, eps, affine);
+      <<<blocks, kThreads, 0, ctx.stream>>>(x, out, rows, cols, eps, affine, rms);
 }
 
 class LayerNormStep final : public Step {
@@ -133,20 +133,20 @@ class LayerNormStep final : public Step {
       const T* x = ctx.ptr<const T>(a_.x);
       T* out = ctx.ptr<T>(a_.out);
       if (a_.cols > 256 && a_.cols <= 1024) {
-        launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+        launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else if (a_.cols > 1024 && a_.cols <= 2048) {
-        launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+        launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else if (a_.cols > 2048 && a_.cols <= 8192) {
-        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, ctx);
+        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else if (a_.cols <= kWarpRowLimit) {
         constexpr int kRowsPerBlock = kBlock / 32;
         const unsigned blocks = blocks_for(a_.rows, kRowsPerBlock, ctx.max_blocks);
         layer_norm_kernel<T, 32>
-            <<<blocks, kBlock, 0, ctx.stream>>>(x, out, a_.rows, a_.cols, eps, affine);
+            <<<blocks, kBlock, 0, ctx.stream>>>(x, out, a_.rows, a_.cols, eps, affine, a_.rms);
       } else {
         const unsigned blocks = blocks_for(a_.rows, 1, ctx.max_blocks);
         layer_norm_kernel<T, kRowBlock>
-            <<<blocks, kRowBlock, 0, ctx.stream>>>(x, out, a_.rows, a_.cols, eps, affine);
+            <<<blocks, kRowBlock, 0, ctx.stream>>>(x, out, a_.rows, a_.cols, eps, affine, a_.rms);
       }
     });
     return Error::Ok;

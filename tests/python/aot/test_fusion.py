@@ -186,3 +186,35 @@ def test_mobilenet_v3_small(precision):
     assert after < before * 0.8     # hardswish / hardsigmoid * x chains
     tol = dict(atol=1e-4, rtol=1e-4) if precision == "fp32" else dict(atol=5e-2, rtol=5e-2)
     torch.testing.assert_close(got, module(x), **tol)
+
+
+def test_hf_llama_rms_norm_is_one_layer_norm_op():
+    """HF's own LlamaRMSNorm (pow, mean, add, rsqrt, mul, mul in the export) becomes one
+    kLayerNorm with rms set, and computes eager's answer in fp32 and bf16."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(300, eps=1e-6).eval()
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(300) * 0.3 + 1)
+    x = torch.randn(2, 5, 300) * 3
+    for precision in ("fp32", "bf16"):
+        g, blob = only(norm, (x,), precision)
+        norms = [op for op in g.ops if op.opcode == Opcode.LAYER_NORM]
+        assert len(norms) == 1 and norms[0].operands["rms"] == 1, opcodes(g)
+        assert norms[0].operands["weight"] >= 0 and norms[0].operands["cols"] == 300
+        assert not any(op.opcode in (Opcode.REDUCE, Opcode.UNARY) for op in g.ops), opcodes(g)
+    with torch.no_grad():
+        expected = norm(x)
+    (actual,) = run_program(lower(norm, (x,)).exported_program(), (x,))
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_rms_chain_with_a_shared_intermediate_is_not_fused():
+    """When the mean of squares is also returned, the chain stays as its ops (the fused op would
+    not write that intermediate)."""
+    def fn(x):
+        ms = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(ms + 1e-5), ms
+
+    g, _ = only(Fn(fn), (torch.randn(4, 64),))
+    assert Opcode.LAYER_NORM not in opcodes(g)

@@ -159,6 +159,12 @@ CASES = {
     "cumsum_to_float": (lambda m, i: torch.cumsum(i, 0, dtype=torch.float32), (randint(9, 5, 3),)),
     "causal_mask": (lambda m, x: x.masked_fill(torch.ones(4, 4, dtype=torch.bool).triu(1),
                                                float("-inf")).softmax(-1), (randn(4, 4),)),
+    # RMSNorm as decoders write it (fused into one kLayerNorm with rms set), with a weight over a
+    # row one warp takes, and without one over rows a block takes.
+    "rms_norm_weight": (lambda m, x: m.w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)),
+                        (randn(3, 7, 96) * 2,), dict(w=nn.Parameter(randn(96)))),
+    "rms_norm_long_rows": (lambda m, x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5),
+                           (randn(4, 1000),)),
 }
 
 

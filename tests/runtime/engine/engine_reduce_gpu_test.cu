@@ -61,7 +61,8 @@ TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
     // Every width class of the kernels: a warp per row (<= 256), a register-cached block per row
     // (257..8192, partly filled blocks included), the uncached block loop (> 8192).
     for (int64_t cols : {16, 3000, 1, 257, 768, 1000, 1024, 2048, 4096, 8192, 8193}) {
-      for (bool affine : {true, false}) {
+      for (int variant = 0; variant < 3; ++variant) {  // affine, plain, RMSNorm with a weight
+        const bool affine = variant != 1, rms = variant == 2;
         OneOp c;
         const int64_t rows = cols == 768 ? 700 : 5;  // 700: BERT/ViT-like, hundreds of blocks
         const HostTensor x = random(dtype, {rows, cols}, -3.0, 5.0);
@@ -72,24 +73,24 @@ TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
         const int64_t wi = affine ? c.b.weight(DType::kFloat32, {cols}, wb.data()) : -1;
         const int64_t bi = affine ? c.b.weight(dtype, {cols}, bb.data()) : -1;
         const int64_t out = c.b.output(dtype, {rows, cols});
-        c.b.layer_norm(xi, wi, bi, out, rows, cols, 1e-5);
+        c.b.layer_norm(xi, wi, rms ? -1 : bi, out, rows, cols, 1e-5, rms);
         const auto runs = run_three_ways(c.b, c.inputs);
         std::vector<double> want(x.v.size());
         for (int64_t r = 0; r < rows; ++r) {
           double mean = 0, var = 0;
-          for (int64_t k = 0; k < cols; ++k) mean += x.v[r * cols + k];
+          for (int64_t k = 0; k < cols && !rms; ++k) mean += x.v[r * cols + k];
           mean /= static_cast<double>(cols);
           for (int64_t k = 0; k < cols; ++k) var += std::pow(x.v[r * cols + k] - mean, 2);
           var /= static_cast<double>(cols);
           for (int64_t k = 0; k < cols; ++k) {
             double y = (x.v[r * cols + k] - mean) / std::sqrt(var + 1e-5);
-            if (affine) y = y * w.v[k] + bias.v[k];
+            if (affine) y = y * w.v[k] + (rms ? 0.0 : bias.v[k]);
             want[r * cols + k] = y;
           }
         }
         expect_output(runs, 0, want, tol_for(dtype, 20),
                       std::string(dtype_name(dtype)) + " layer_norm cols " + std::to_string(cols) +
-                          (affine ? " affine" : ""));
+                          (affine ? " affine" : "") + (rms ? " rms" : ""));
       }
     }
   }

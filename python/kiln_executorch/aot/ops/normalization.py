@@ -60,7 +60,7 @@ def _layer_norm(lw, node):
     lw.g.add_op(Opcode.LAYER_NORM, x=lw.tensor(x),
                 weight=-1 if weight is None else lw.tensor(weight),
                 bias=-1 if bias is None else lw.tensor(bias), out=out,
-                rows=math.prod(shape(x)) // cols, cols=cols, eps=float(eps))
+                rows=math.prod(shape(x)) // cols, cols=cols, eps=float(eps), rms=0)
     return out, None, None
 
 
