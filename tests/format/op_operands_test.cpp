@@ -7,8 +7,8 @@ namespace {
 using namespace reader_test;
 
 TEST(BlobReader, UnknownOpcodeFails) {
-  // 0, the first code past the table (opcodes are 1..kNumOpcodes), and the largest.
-  for (uint32_t opcode : {0u, uint32_t(blob::kNumOpcodes + 1), 0xFFFFFFFFu}) {
+  // 0, the first code past the table (opcodes are 1..kMaxOpcode), and the largest.
+  for (uint32_t opcode : {0u, blob::kMaxOpcode + 1, 0xFFFFFFFFu}) {
     BlobBuilder b = kitchen_sink();
     b.ops[4].opcode = opcode;
     EXPECT_TRUE(
