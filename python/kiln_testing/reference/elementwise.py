@@ -154,12 +154,10 @@ _UNARY = {
     UnaryKind.LEAKY_RELU: lambda x, p0, p1: torch.where(x > 0, x, p0 * x),
     UnaryKind.IDENTITY: lambda x, p0, p1: x,
     UnaryKind.ERFINV: lambda x, p0, p1: torch.erfinv(x),
-    UnaryKind.CEIL: lambda x, p0, p1: torch.ceil(x),
-    UnaryKind.FLOOR: lambda x, p0, p1: torch.floor(x),
-    UnaryKind.TRUNC: lambda x, p0, p1: torch.trunc(x),
-    UnaryKind.ROUND: lambda x, p0, p1: torch.round(x),
-    UnaryKind.LOG1P: lambda x, p0, p1: torch.log1p(x),
-    UnaryKind.LOG2: lambda x, p0, p1: torch.log2(x),
-    UnaryKind.LOG10: lambda x, p0, p1: torch.log10(x),
     UnaryKind.ELU: lambda x, p0, p1: p1 * torch.where(x > 0, x, p0 * torch.expm1(x)),
 }
+# Kinds that are one torch function of x.
+_UNARY.update({kind: (lambda fn: lambda x, p0, p1: fn(x))(fn) for kind, fn in {
+    UnaryKind.CEIL: torch.ceil, UnaryKind.FLOOR: torch.floor, UnaryKind.TRUNC: torch.trunc,
+    UnaryKind.ROUND: torch.round, UnaryKind.LOG1P: torch.log1p, UnaryKind.LOG2: torch.log2,
+    UnaryKind.LOG10: torch.log10}.items()})

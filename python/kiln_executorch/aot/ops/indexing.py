@@ -73,41 +73,36 @@ def gather_op(lw, node, x, index, x_strides, index_strides, axis):
     return out
 
 
-@family.lowers(aten.gather.default, check=_gather_check)
-def _gather(lw, node):
+def _along_dim(lw, node, index_strides):
+    """gather / index_select: x read along `dim` at index[idx . index_strides(rank, dim)]."""
     args = arguments(node)
     x, index = args["self"], args["index"]
     rank = len(shape(x))
-    if rank == 0:   # a scalar gathers itself (index 0 or -1)
-        return _scalar_gather(lw, node)
+    if rank == 0:   # a scalar reads itself (index 0 or -1)
+        out = lw.new(node)
+        lw.g.add_op(Opcode.GATHER, x=lw.tensor(x), index=lw.tensor(index), out=out, rank=0,
+                    sizes=[], x_strides=[], index_strides=[], index_stride=0, dim_size=1)
+        return out
     dim = wrap_dim(args["dim"], rank)
     x_strides = contiguous_strides(shape(x))
     x_strides[dim] = 0
-    return gather_op(lw, node, x, index, x_strides, contiguous_strides(shape(index)), dim)
+    return gather_op(lw, node, x, index, x_strides, index_strides(shape(index), rank, dim), dim)
 
 
-def _scalar_gather(lw, node):
-    args = arguments(node)
-    x, index = args["self"], args["index"]
-    out = lw.new(node)
-    lw.g.add_op(Opcode.GATHER, x=lw.tensor(x), index=lw.tensor(index), out=out, rank=0,
-                sizes=[], x_strides=[], index_strides=[], index_stride=0, dim_size=1)
-    return out
+@family.lowers(aten.gather.default, check=_gather_check)
+def _gather(lw, node):
+    return _along_dim(lw, node, lambda index_shape, rank, dim: contiguous_strides(index_shape))
+
+
+def _select_strides(index_shape, rank, dim):
+    strides = [0] * rank
+    strides[dim] = 1 if index_shape else 0
+    return strides
 
 
 @family.lowers(aten.index_select.default, check=_index_select_check)
 def _index_select(lw, node):
-    args = arguments(node)
-    x, index = args["self"], args["index"]
-    rank = len(shape(x))
-    if rank == 0:
-        return _scalar_gather(lw, node)
-    dim = wrap_dim(args["dim"], rank)
-    x_strides = contiguous_strides(shape(x))
-    x_strides[dim] = 0
-    index_strides = [0] * rank
-    index_strides[dim] = 1 if shape(index) else 0
-    return gather_op(lw, node, x, index, x_strides, index_strides, dim)
+    return _along_dim(lw, node, _select_strides)
 
 
 @family.lowers(aten.index.Tensor, check=_index_check)
