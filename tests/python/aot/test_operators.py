@@ -193,6 +193,10 @@ CASES = {
     "elu_selu": (lambda m, x: F.elu(x, 0.7) + F.selu(x), (x45,)),
     "fmod": (lambda m, x: torch.fmod(x * 3, 0.7) + torch.fmod(x, x.abs() + 0.5), (x45,)),
     "fmod_int": (lambda m, i: torch.fmod(i - 20, 3) + torch.fmod(i, -4), (randint(40, 4, 5),)),
+    # Nearest upsampling by whole factors (one kCopy with zero strides).
+    "upsample_nearest": (lambda m, x: F.interpolate(x * 2, scale_factor=(2, 3), mode="nearest"),
+                         (randn(1, 2, 3, 4),)),
+    "upsample_nearest_size": (lambda m, x: F.interpolate(x + 1, size=(6, 4)), (randn(2, 1, 3, 2),)),
 }
 
 
@@ -262,6 +266,8 @@ def refused(found, op):
      "index with 2 index tensors on values computed at run time"),
     (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
      "input_scale"),
+    (lambda m, x: F.interpolate(x, size=(5, 7)), (randn(1, 2, 3, 4),),
+     "aten.upsample_nearest2d.vec", "whole factors only"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
     modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
