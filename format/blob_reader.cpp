@@ -421,8 +421,8 @@ class BlobReader {
       std::memcpy(&r, data_ + h.ops_offset + uint64_t{i} * sizeof(r), sizeof(r));
       if (blob::find_op(r.opcode) == nullptr) {
         return fail(Error::InvalidProgram,
-                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..%zu)", i, r.opcode,
-                    blob::kNumOpcodes);
+                    "Kiln blob: op %u: opcode %u is not a known Opcode (1..%u)", i, r.opcode,
+                    blob::kMaxOpcode);
       }
       if (!extent_inside(r.first_operand, r.num_operands, h.num_operands)) {
         return fail(Error::InvalidProgram,

@@ -262,4 +262,20 @@ void check(OpDecoder& d, const FusedElementwiseArgs& a) {
   }
 }
 
+void check(OpDecoder& d, const GatherArgs& a) {
+  table_checks(d, a);
+  d.require_numel(a.out, "out", numel_of(d, a.rank, a.sizes), "sizes");
+  d.check_extent("index", a.index, a.rank, a.sizes, 0, a.index_strides);
+  // x is read over `sizes` plus the indexed axis: every in-range index is one of its positions.
+  int64_t sizes[blob::kMaxRank + 1];
+  int64_t strides[blob::kMaxRank + 1];
+  for (uint32_t i = 0; i < a.rank; ++i) {
+    sizes[i] = a.sizes[i];
+    strides[i] = a.x_strides[i];
+  }
+  sizes[a.rank] = a.dim_size;
+  strides[a.rank] = a.index_stride;
+  d.check_extent("x", a.x, a.rank + 1, sizes, 0, strides);
+}
+
 }  // namespace kiln::engine::op_decoder

@@ -307,6 +307,13 @@ Error CudaEngine::range_error() const {
                 op, flag.index, flag.position,
                 static_cast<long long>(std::get<IndexPutArgs>(graph_.ops[op].args).dim_size));
   }
+  if (op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kGather) {
+    const long long size = static_cast<long long>(std::get<GatherArgs>(graph_.ops[op].args).dim_size);
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: op %zu (gather): index out of range: index %lld (element %lld of "
+                "the index tensor) is outside [-%lld, %lld); zeros were written in its place",
+                op, flag.index, flag.position, size, size);
+  }
   const int64_t vocab = op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbedding
                             ? std::get<EmbeddingArgs>(graph_.ops[op].args).vocab
                             : -1;

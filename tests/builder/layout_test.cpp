@@ -41,7 +41,7 @@ TEST(Layouts, EveryOpcodeOfTheTableHasTheTablesLayout) {
     }
   }
   EXPECT_EQ(layout(0), nullptr);
-  EXPECT_EQ(layout(uint32_t(blob::kNumOpcodes) + 1), nullptr);
+  EXPECT_EQ(layout(blob::kMaxOpcode + 1), nullptr);
 }
 
 // Every integer at 1 (or its minimum above that), every list as long as its count says: encoding

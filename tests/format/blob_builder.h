@@ -185,6 +185,17 @@ class BlobBuilder {
     op(blob::Opcode::kIndexPut, {values, positions, out, outer, dim_size, inner, num_positions});
   }
 
+  void gather(int64_t x, int64_t index, int64_t out, const Sizes& sizes, const Sizes& x_strides,
+              const Sizes& index_strides, int64_t index_stride, int64_t dim_size) {
+    std::vector<int64_t> v = {x, index, out, static_cast<int64_t>(sizes.size())};
+    append(v, sizes);
+    append(v, x_strides);
+    append(v, index_strides);
+    v.push_back(index_stride);
+    v.push_back(dim_size);
+    op(blob::Opcode::kGather, v);
+  }
+
   /// One kFusedElementwise instruction, as blob_format.h lays it out.
   struct Instr {
     blob::FusedForm form;

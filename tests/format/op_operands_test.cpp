@@ -7,8 +7,8 @@ namespace {
 using namespace reader_test;
 
 TEST(BlobReader, UnknownOpcodeFails) {
-  // 0, the first code past the table (opcodes are 1..kNumOpcodes), and the largest.
-  for (uint32_t opcode : {0u, uint32_t(blob::kNumOpcodes + 1), 0xFFFFFFFFu}) {
+  // 0, the first code past the table (opcodes are 1..kMaxOpcode), and the largest.
+  for (uint32_t opcode : {0u, blob::kMaxOpcode + 1, 0xFFFFFFFFu}) {
     BlobBuilder b = kitchen_sink();
     b.ops[4].opcode = opcode;
     EXPECT_TRUE(
@@ -78,8 +78,8 @@ TEST(BlobReader, UnknownEnumKindsFail) {
     const char* needle;
   };
   const Case cases[] = {
-      {1, 0, 17, "operand 0 (kind) is 17, not a known BinaryKind"},
-      {2, 0, 24, "operand 0 (kind) is 24, not a known UnaryKind"},
+      {1, 0, 18, "operand 0 (kind) is 18, not a known BinaryKind"},
+      {2, 0, 32, "operand 0 (kind) is 32, not a known UnaryKind"},
       {2, 0, -1, "not a known UnaryKind"},
       {6, 0, 5, "not a known ReduceKind"},
       {10, 0, 2, "not a known PoolKind"},

@@ -158,9 +158,9 @@ TEST(BlobReader, FusedElementwiseRejectsMalformedPrograms) {
   const Case cases[] = {
       {0, 0, 3, "not a known FusedForm"},
       {0, 0, -1, "not a known FusedForm"},
-      {1, 1, 24, "not a known UnaryKind"},
+      {1, 1, 32, "not a known UnaryKind"},
       {1, 1, 17, "logical_not is not a fused kind"},
-      {2, 1, 17, "not a known BinaryKind"},
+      {2, 1, 18, "not a known BinaryKind"},
       {2, 1, 7, "compare and logical kinds are not fused kinds"},
       {5, 1, 1, "program kind"},
       {2, 2, 5, "source 0 is register 5"},   // reads its own result

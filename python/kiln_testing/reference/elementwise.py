@@ -12,7 +12,8 @@ from kiln_executorch.aot.blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DTyp
 from .machine import semantics, strided_index
 
 _ARITHMETIC = {BinaryKind.ADD, BinaryKind.SUB, BinaryKind.MUL, BinaryKind.DIV, BinaryKind.POW,
-               BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV, BinaryKind.REMAINDER}
+               BinaryKind.MAXIMUM, BinaryKind.MINIMUM, BinaryKind.FLOOR_DIV, BinaryKind.REMAINDER,
+               BinaryKind.FMOD}
 _INT_UNARY = {UnaryKind.RELU, UnaryKind.NEG, UnaryKind.ABS, UnaryKind.CLAMP, UnaryKind.IDENTITY}
 
 
@@ -124,6 +125,7 @@ _BINARY = {
     BinaryKind.LOGICAL_OR: lambda a, b, alpha: (a != 0) | (b != 0),
     BinaryKind.FLOOR_DIV: lambda a, b, alpha: torch.div(a, b, rounding_mode="floor"),
     BinaryKind.REMAINDER: lambda a, b, alpha: torch.remainder(a, b),
+    BinaryKind.FMOD: lambda a, b, alpha: torch.fmod(a, b),
 }
 
 _SQRT1_2 = math.sqrt(0.5)
@@ -152,4 +154,10 @@ _UNARY = {
     UnaryKind.LEAKY_RELU: lambda x, p0, p1: torch.where(x > 0, x, p0 * x),
     UnaryKind.IDENTITY: lambda x, p0, p1: x,
     UnaryKind.ERFINV: lambda x, p0, p1: torch.erfinv(x),
+    UnaryKind.ELU: lambda x, p0, p1: p1 * torch.where(x > 0, x, p0 * torch.expm1(x)),
 }
+# Kinds that are one torch function of x.
+_UNARY.update({kind: (lambda fn: lambda x, p0, p1: fn(x))(fn) for kind, fn in {
+    UnaryKind.CEIL: torch.ceil, UnaryKind.FLOOR: torch.floor, UnaryKind.TRUNC: torch.trunc,
+    UnaryKind.ROUND: torch.round, UnaryKind.LOG1P: torch.log1p, UnaryKind.LOG2: torch.log2,
+    UnaryKind.LOG10: torch.log10}.items()})

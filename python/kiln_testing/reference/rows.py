@@ -1,11 +1,11 @@
 """Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kCumsum,
-kEmbedding and kIndexPut (the state write)."""
+kEmbedding, kIndexPut (the state write) and kGather."""
 
 import torch
 
 from kiln_executorch.aot.blob_format import Opcode, ReduceKind
 
-from .machine import BlobExecutionError, semantics
+from .machine import BlobExecutionError, semantics, strided_index
 
 
 @semantics(Opcode.SOFTMAX)
@@ -71,3 +71,14 @@ def _index_put(m, values, positions, out, outer, dim_size, inner, num_positions)
                                  f"{outer * num_positions * inner}")
     rows = (torch.arange(outer).reshape(outer, 1, 1) * dim_size + pos.reshape(1, -1, 1)) * inner
     m.write(out, (rows + torch.arange(inner).reshape(1, 1, inner)).reshape(-1), v)
+
+
+@semantics(Opcode.GATHER)
+def _gather(m, x, index, out, rank, sizes, x_strides, index_strides, index_stride, dim_size):
+    i = m.gather(index, strided_index(sizes, index_strides)).to(torch.int64)
+    bad = (i < -dim_size) | (i >= dim_size)
+    if bool(bad.any()):
+        raise BlobExecutionError(f"gather index {int(i[bad][0])} outside [-{dim_size}, "
+                                 f"{dim_size})")
+    i = torch.where(i < 0, i + dim_size, i)
+    m.write(out, None, m.gather(x, strided_index(sizes, x_strides) + i * index_stride))

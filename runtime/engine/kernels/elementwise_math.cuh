@@ -69,6 +69,7 @@ __device__ __forceinline__ float binary_float(blob::BinaryKind kind, float a, fl
     case blob::BinaryKind::kLogicalOr: return (a != 0.0f || b != 0.0f) ? 1.0f : 0.0f;
     case blob::BinaryKind::kFloorDiv: return floor_divide(a, b);
     case blob::BinaryKind::kRemainder: return remainder(a, b);
+    case blob::BinaryKind::kFmod: return fmodf(a, b);
   }
   return 0.0f;
 }
@@ -127,6 +128,9 @@ __device__ __forceinline__ int64_t binary_int(blob::BinaryKind kind, int64_t a, 
       if (r != 0 && ((r < 0) != (b < 0))) r += b;
       return r;
     }
+    case blob::BinaryKind::kFmod:  // C's %: the sign of a (PyTorch raises on 0; 0 here)
+      if (b == 0 || b == -1) return 0;
+      return a % b;
   }
   return 0;
 }
@@ -157,6 +161,14 @@ __device__ __forceinline__ float unary_float(blob::UnaryKind kind, float x, floa
     case blob::UnaryKind::kLeakyRelu: return x > 0.0f ? x : p0 * x;
     case blob::UnaryKind::kIdentity: return x;
     case blob::UnaryKind::kErfinv: return erfinvf(x);
+    case blob::UnaryKind::kCeil: return ceilf(x);
+    case blob::UnaryKind::kFloor: return floorf(x);
+    case blob::UnaryKind::kTrunc: return truncf(x);
+    case blob::UnaryKind::kRound: return rintf(x);
+    case blob::UnaryKind::kLog1p: return log1pf(x);
+    case blob::UnaryKind::kLog2: return log2f(x);
+    case blob::UnaryKind::kLog10: return log10f(x);
+    case blob::UnaryKind::kElu: return p1 * (x > 0.0f ? x : p0 * expm1f(x));
   }
   return x;
 }

@@ -81,8 +81,11 @@ def test_known_layouts_are_unchanged():
     assert bf.OPERAND_LAYOUTS[bf.Opcode.FUSED_ELEMENTWISE] == (
         "t out", "n rank", "[rank] sizes", "n num_inputs", "t[num_inputs] inputs",
         "[num_inputs*rank] strides", "n num_instrs", "[num_instrs*8] program")
-    assert len(bf.UnaryKind) == 24 and bf.UnaryKind.ERFINV == 23
+    assert len(bf.UnaryKind) == 32 and bf.UnaryKind.ERFINV == 23 and bf.UnaryKind.ELU == 31
     assert bf.Opcode.FUSED_ELEMENTWISE == 14
+    assert bf.Opcode.GATHER == 17 and bf.OPERAND_LAYOUTS[bf.Opcode.GATHER] == (
+        "t x", "t index", "t out", "n rank", "[rank] sizes", "[rank] x_strides",
+        "[rank] index_strides", "n index_stride", "n dim_size")
 
 
 def test_dtype_codes_are_executorch_scalar_types():

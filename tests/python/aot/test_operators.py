@@ -165,6 +165,44 @@ CASES = {
                         (randn(3, 7, 96) * 2,), dict(w=nn.Parameter(randn(96)))),
     "rms_norm_long_rows": (lambda m, x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5),
                            (randn(4, 1000),)),
+    # Indexing with index tensors read on the device (kGather); negative indices count from the
+    # end. With constant operands (HF's masks from arange) index is evaluated ahead of time.
+    "gather": (lambda m, x, i: torch.gather(x, 1, i) * 2, (randn(3, 5), randint(5, 3, 4))),
+    "gather_dim0_3d": (lambda m, x, i: torch.gather(x + 1, 0, i), (randn(4, 3, 2),
+                                                                   randint(4, 2, 3, 2))),
+    "index_select": (lambda m, x, i: x.index_select(1, i) + 1, (randn(3, 6, 2),
+                                                                randint(6, 4, dtype=torch.int32))),
+    "index_tensor": (lambda m, x, i: x[i] * 2, (randn(6, 3), torch.tensor([[0, -1], [5, 2]]))),
+    "index_tensor_middle": (lambda m, x, i: (x * 2)[:, i], (randn(2, 5, 3), torch.tensor([4, 0]))),
+    "index_int_table": (lambda m, t, i: t[i] + 1, (randint(50, 7), randint(7, 3, 2))),
+    "index_constant_two_tensors": (lambda m, x: x + torch.arange(20).reshape(4, 5)[
+        torch.arange(4)[:, None], torch.arange(5)[None]], (x45,)),
+    # Movement: split, flip, roll, padding, as_strided, slice_scatter, copy (kCopy, kFill).
+    "split_with_sizes": (lambda m, x: torch.cat(x.split([2, 3], dim=1)[::-1], 1) * 2, (x45,)),
+    "chunk": (lambda m, x: x.chunk(2, dim=0)[1] - x.chunk(2, dim=0)[0], (x45,)),
+    "alias": (lambda m, x: torch.ops.aten.alias(x * 2) + 1, (x45,)),
+    "flip": (lambda m, x: torch.flip(x * 2, [0, 2]), (randn(3, 4, 5),)),
+    "roll": (lambda m, x: torch.roll(x * 2, shifts=(1, -2), dims=(0, 2)), (randn(3, 4, 5),)),
+    "roll_flat": (lambda m, x: torch.roll(x + 1, 7), (x45,)),
+    "constant_pad": (lambda m, x: F.pad(x * 2, (1, 2, 0, 1), value=0.5), (randn(2, 3, 4),)),
+    "constant_pad_crop": (lambda m, x: F.pad(x * 2, (-1, 2, 1, -1)), (randn(2, 3, 4),)),
+    "as_strided": (lambda m, x: (x * 2).as_strided((3, 2), (1, 3), 1), (x45,)),
+    "slice_scatter": (lambda m, x, y: torch.slice_scatter(x * 1, y, dim=1, start=1, end=5, step=2),
+                      (randn(4, 8), randn(4, 2))),
+    "copy_broadcast_cast": (lambda m, x, y: (x * 1).copy_(y.int()), (x45, randn(5) * 4)),
+    # Rounding, logarithms, elu, fmod.
+    "ceil_floor_trunc_round": (lambda m, x: torch.stack(
+        [torch.ceil(x), torch.floor(x), torch.trunc(x), torch.round(x)]),
+        (torch.tensor([-2.5, -1.5, -0.5, -0.2, 0.0, 0.5, 1.5, 2.5, 2.7, -3.7]),)),
+    "log1p_log2_log10": (lambda m, x: torch.log1p(x.abs()) + torch.log2(x.abs() + 0.1)
+                         - torch.log10(x.abs() + 0.2), (x45,)),
+    "elu_selu": (lambda m, x: F.elu(x, 0.7) + F.selu(x), (x45,)),
+    "fmod": (lambda m, x: torch.fmod(x * 3, 0.7) + torch.fmod(x, x.abs() + 0.5), (x45,)),
+    "fmod_int": (lambda m, i: torch.fmod(i - 20, 3) + torch.fmod(i, -4), (randint(40, 4, 5),)),
+    # Nearest upsampling by whole factors (one kCopy with zero strides).
+    "upsample_nearest": (lambda m, x: F.interpolate(x * 2, scale_factor=(2, 3), mode="nearest"),
+                         (randn(1, 2, 3, 4),)),
+    "upsample_nearest_size": (lambda m, x: F.interpolate(x + 1, size=(6, 4)), (randn(2, 1, 3, 2),)),
 }
 
 
@@ -230,6 +268,12 @@ def refused(found, op):
      "Bool operands only"),
     (lambda m, x: torch.matmul(x.int(), x.int()), (randn(3, 3),), "aten.mm.default",
      "one floating dtype required"),
+    (lambda m, x, i, j: x[i, j], (x45, randint(4, 3), randint(5, 3)), "aten.index.Tensor",
+     "index with 2 index tensors on values computed at run time"),
+    (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
+     "input_scale"),
+    (lambda m, x: F.interpolate(x, size=(5, 7)), (randn(1, 2, 3, 4),),
+     "aten.upsample_nearest2d.vec", "whole factors only"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
     modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))

@@ -49,6 +49,7 @@ double binary_ref(BinaryKind kind, double a, double b, double alpha) {
       if (mod != 0 && (fb < 0) != (mod < 0)) mod += fb;
       return mod;
     }
+    case BinaryKind::kFmod: return std::fmod(static_cast<float>(a), static_cast<float>(b));
   }
   return 0;
 }
@@ -56,7 +57,7 @@ double binary_ref(BinaryKind kind, double a, double b, double alpha) {
 bool is_compare(BinaryKind k) { return k >= BinaryKind::kEq && k <= BinaryKind::kLogicalOr; }
 
 TEST_F(EngineGpu, BinaryEveryKindWithBroadcast) {
-  for (int k = 0; k <= static_cast<int>(BinaryKind::kRemainder); ++k) {
+  for (int k = 0; k <= static_cast<int>(BinaryKind::kFmod); ++k) {
     const auto kind = static_cast<BinaryKind>(k);
     OneOp c;
     HostTensor a = random(DType::kFloat32, {4, 1, 5}, kind == BinaryKind::kPow ? 0.5 : -2.0, 2.0);
@@ -127,7 +128,8 @@ TEST_F(EngineGpu, BinaryIntegerMathIsExact) {
     const int64_t ai = c.add_input(a), bi = c.add_input(b), ei = c.add_input(e);
     const BinaryKind kinds[] = {BinaryKind::kAdd,      BinaryKind::kSub,       BinaryKind::kMul,
                                 BinaryKind::kFloorDiv, BinaryKind::kRemainder, BinaryKind::kMaximum,
-                                BinaryKind::kMinimum,  BinaryKind::kLt,        BinaryKind::kPow};
+                                BinaryKind::kMinimum,  BinaryKind::kLt,        BinaryKind::kPow,
+                                BinaryKind::kFmod};
     for (BinaryKind kind : kinds) {
       const int64_t out = c.b.output(is_compare(kind) ? DType::kBool : dtype, {64});
       c.b.binary(kind, ai, kind == BinaryKind::kPow ? ei : bi, out, 2.0, 0.0, {64}, {1}, {1});
@@ -145,6 +147,7 @@ TEST_F(EngineGpu, BinaryIntegerMathIsExact) {
           case BinaryKind::kMul: r = x * y; break;
           case BinaryKind::kFloorDiv: r = py_floordiv(x, y); break;
           case BinaryKind::kRemainder: r = x - y * py_floordiv(x, y); break;
+          case BinaryKind::kFmod: r = x % y; break;
           case BinaryKind::kMaximum: r = std::max(x, y); break;
           case BinaryKind::kMinimum: r = std::min(x, y); break;
           case BinaryKind::kLt: r = x < y; break;
@@ -202,17 +205,20 @@ struct UnaryCase {
 
 std::vector<UnaryCase> unary_cases() {
   std::vector<UnaryCase> cases;
-  for (int k = 0; k <= static_cast<int>(UnaryKind::kErfinv); ++k) {
+  for (int k = 0; k <= static_cast<int>(UnaryKind::kElu); ++k) {
     const auto kind = static_cast<UnaryKind>(k);
     UnaryCase u{kind, -3.0, 3.0, 0.0, 0.0};
     if (kind == UnaryKind::kLog || kind == UnaryKind::kSqrt || kind == UnaryKind::kRsqrt ||
-        kind == UnaryKind::kPowScalar || kind == UnaryKind::kReciprocal) {
+        kind == UnaryKind::kPowScalar || kind == UnaryKind::kReciprocal ||
+        kind == UnaryKind::kLog2 || kind == UnaryKind::kLog10) {
       u.lo = 0.2;
     }
     if (kind == UnaryKind::kErfinv) u.lo = -0.9, u.hi = 0.9;
     if (kind == UnaryKind::kClamp) u.p0 = -0.5, u.p1 = 0.7;
     if (kind == UnaryKind::kPowScalar) u.p0 = 2.5;
     if (kind == UnaryKind::kLeakyRelu) u.p0 = 0.1;
+    if (kind == UnaryKind::kLog1p) u.lo = -0.8;
+    if (kind == UnaryKind::kElu) u.p0 = 0.7, u.p1 = 1.05;
     cases.push_back(u);
   }
   return cases;

@@ -178,6 +178,14 @@ double unary_ref(UnaryKind kind, double x, double p0, double p1) {
     case UnaryKind::kLeakyRelu: return x > 0 ? x : p0 * x;
     case UnaryKind::kIdentity: return x;
     case UnaryKind::kErfinv: return erfinv_ref(x);
+    case UnaryKind::kCeil: return std::ceil(x);
+    case UnaryKind::kFloor: return std::floor(x);
+    case UnaryKind::kTrunc: return std::trunc(x);
+    case UnaryKind::kRound: return std::nearbyint(x);  // half to even in the default mode
+    case UnaryKind::kLog1p: return std::log1p(x);
+    case UnaryKind::kLog2: return std::log2(x);
+    case UnaryKind::kLog10: return std::log10(x);
+    case UnaryKind::kElu: return p1 * (x > 0 ? x : p0 * std::expm1(x));
   }
   return 0;
 }

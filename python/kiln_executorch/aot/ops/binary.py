@@ -59,6 +59,7 @@ family.register_kinds(_arithmetic_check, _binary, {
     BinaryKind.SUB: (aten.sub.Tensor, aten.sub.Scalar),
     BinaryKind.MUL: (aten.mul.Tensor, aten.mul.Scalar),
     BinaryKind.REMAINDER: (aten.remainder.Tensor, aten.remainder.Scalar),
+    BinaryKind.FMOD: (aten.fmod.Tensor, aten.fmod.Scalar),
     BinaryKind.MAXIMUM: aten.maximum.default, BinaryKind.MINIMUM: aten.minimum.default})
 family.register_kinds(_division_check, _binary,
                       {BinaryKind.DIV: (aten.div.Tensor, aten.div.Scalar)})

@@ -53,6 +53,13 @@ family.register_kinds(floating_input, _unary, {
     UnaryKind.RECIPROCAL: aten.reciprocal.default,
     UnaryKind.HARDSWISH: aten.hardswish.default,
     UnaryKind.HARDSIGMOID: aten.hardsigmoid.default,
+    UnaryKind.CEIL: aten.ceil.default,
+    UnaryKind.FLOOR: aten.floor.default,
+    UnaryKind.TRUNC: aten.trunc.default,
+    UnaryKind.ROUND: aten.round.default,
+    UnaryKind.LOG1P: aten.log1p.default,
+    UnaryKind.LOG2: aten.log2.default,
+    UnaryKind.LOG10: aten.log10.default,
 })
 family.register_kinds(numeric_input, _unary, {UnaryKind.RELU: aten.relu.default,
                                               UnaryKind.NEG: aten.neg.default,
@@ -90,3 +97,19 @@ def _clamp(lw, node):
 def _hardtanh(lw, node):
     args = arguments(node)
     return lw.unary(node, UnaryKind.CLAMP, args["min_val"], args["max_val"])
+
+
+def _elu_check(node, ctx):
+    args = arguments(node)
+    for name in ("alpha", "scale", "input_scale"):
+        if not isinstance(args[name], (int, float)):
+            return f"elu {name} {args[name]!r} is not a number"
+    if args["input_scale"] != 1:
+        return f"elu input_scale={args['input_scale']} (Kiln's elu has input_scale 1)"
+    return floating_input(node, ctx)
+
+
+@family.lowers(aten.elu.default, check=_elu_check)
+def _elu(lw, node):
+    args = arguments(node)
+    return lw.unary(node, UnaryKind.ELU, args["alpha"], args["scale"])

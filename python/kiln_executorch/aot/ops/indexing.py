@@ -1,0 +1,118 @@
+"""Reads at indices held in a tensor: gather, index_select and index (advanced indexing with one
+index tensor) are kGather, which reads the Int64 / Int32 indices on the device at run time (a
+negative index counts from the end; one out of range is an execution error, never a crash).
+Indexing whose operands are all known ahead of time (the masks and position tables HF models
+build from arange) is evaluated by the lowering instead, whatever the number of index tensors."""
+
+import torch
+
+from ..blob_format import Opcode
+from .common import INT, arguments, contiguous_strides, dtype, shape, wrap_dim
+from .registry import Family
+
+aten = torch.ops.aten
+family = Family(__name__)
+
+
+def _constant(node, ctx):
+    is_constant = getattr(ctx, "is_constant", None)
+    return is_constant is not None and all(is_constant(n) for n in node.all_input_nodes)
+
+
+def _index_dtype(index):
+    if dtype(index) not in INT:
+        return f"index dtype {dtype(index)}: Kiln gathers with Int64 or Int32 indices"
+    return None
+
+
+def _gather_check(node, ctx):
+    args = arguments(node)
+    x, index = args["self"], args["index"]
+    if args.get("sparse_grad"):
+        return "sparse_grad=True"
+    rank = len(shape(x))
+    if len(shape(index)) != rank:
+        return f"index of rank {len(shape(index))} for a rank-{rank} input"
+    dim = wrap_dim(args["dim"], max(rank, 1))
+    if any(i > n for d, (i, n) in enumerate(zip(shape(index), shape(x))) if d != dim):
+        return f"index shape {list(shape(index))} is larger than the input {list(shape(x))}"
+    return _index_dtype(index)
+
+
+def _index_select_check(node, ctx):
+    index = arguments(node)["index"]
+    if len(shape(index)) > 1:
+        return f"index_select with a {len(shape(index))}-D index"
+    return _index_dtype(index)
+
+
+def _index_check(node, ctx):
+    indices = arguments(node)["indices"]
+    given = [i for i in indices if i is not None]
+    for i in given:
+        if not isinstance(i, torch.fx.Node):
+            return f"index {i!r} is not a tensor"
+        if dtype(i) not in INT:
+            return f"index dtype {dtype(i)} (Bool masks select a data-dependent number of " \
+                   "elements; Kiln gathers with Int64 or Int32 indices)"
+    if len(given) != 1 and not _constant(node, ctx):
+        return (f"index with {len(given)} index tensors on values computed at run time: Kiln "
+                "gathers along one axis (with constant operands it is evaluated ahead of time)")
+    return None
+
+
+def gather_op(lw, node, x, index, x_strides, index_strides, axis):
+    """The kGather for node: out[idx] = x[idx . x_strides + index[idx . index_strides] *
+    stride of x's axis `axis`]."""
+    out = lw.new(node)
+    out_shape = shape(node)
+    lw.g.add_op(Opcode.GATHER, x=lw.tensor(x), index=lw.tensor(index), out=out,
+                rank=len(out_shape), sizes=list(out_shape), x_strides=list(x_strides),
+                index_strides=list(index_strides),
+                index_stride=contiguous_strides(shape(x))[axis], dim_size=shape(x)[axis])
+    return out
+
+
+def _along_dim(lw, node, index_strides):
+    """gather / index_select: x read along `dim` at index[idx . index_strides(rank, dim)]."""
+    args = arguments(node)
+    x, index = args["self"], args["index"]
+    rank = len(shape(x))
+    if rank == 0:   # a scalar reads itself (index 0 or -1)
+        out = lw.new(node)
+        lw.g.add_op(Opcode.GATHER, x=lw.tensor(x), index=lw.tensor(index), out=out, rank=0,
+                    sizes=[], x_strides=[], index_strides=[], index_stride=0, dim_size=1)
+        return out
+    dim = wrap_dim(args["dim"], rank)
+    x_strides = contiguous_strides(shape(x))
+    x_strides[dim] = 0
+    return gather_op(lw, node, x, index, x_strides, index_strides(shape(index), rank, dim), dim)
+
+
+@family.lowers(aten.gather.default, check=_gather_check)
+def _gather(lw, node):
+    return _along_dim(lw, node, lambda index_shape, rank, dim: contiguous_strides(index_shape))
+
+
+def _select_strides(index_shape, rank, dim):
+    strides = [0] * rank
+    strides[dim] = 1 if index_shape else 0
+    return strides
+
+
+@family.lowers(aten.index_select.default, check=_index_select_check)
+def _index_select(lw, node):
+    return _along_dim(lw, node, _select_strides)
+
+
+@family.lowers(aten.index.Tensor, check=_index_check)
+def _index(lw, node):
+    args = arguments(node)
+    x, indices = args["self"], list(args["indices"])
+    axis = next(k for k, i in enumerate(indices) if i is not None)
+    index = indices[axis]
+    xs, index_shape = contiguous_strides(shape(x)), shape(index)
+    b = len(index_shape)
+    x_strides = xs[:axis] + [0] * b + xs[axis + 1:]
+    index_strides = [0] * axis + contiguous_strides(index_shape) + [0] * (len(xs) - axis - 1)
+    return gather_op(lw, node, x, index, x_strides, index_strides, axis)
