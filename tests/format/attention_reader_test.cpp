@@ -62,39 +62,33 @@ TEST(BlobReader, AttentionTakesABoolMaskAndNoMask) {
 }
 
 TEST(BlobReader, AttentionChecksHeadsDtypesAndExtents) {
-  AttentionBlob s = attention_blob();
-  s.a.heads_kv = 3;  // 4 query heads cannot share 3
-  s.b.attention(s.a);
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "multiple of heads_kv"));
-
-  s = attention_blob(DType::kFloat16);  // an additive mask of another dtype
+  struct Case {
+    void (*mutate)(AttentionBlob&);
+    const char* needle;
+  };
+  const Case cases[] = {
+      // 4 query heads cannot share 3.
+      {[](AttentionBlob& s) { s.a.heads_kv = 3; }, "multiple of heads_kv"},
+      // k of another dtype than q.
+      {[](AttentionBlob& s) { s.a.k = s.b.input(DType::kFloat16, {2, 2, 5, 8}); }, "k (tensor"},
+      // The last query row would lie past q.
+      {[](AttentionBlob& s) { s.a.q_strides[2] = 64; }, "addressed at element offsets"},
+      // The mask has one batch, not two.
+      {[](AttentionBlob& s) { s.a.mask_strides[0] = 15; }, "mask (tensor"},
+      {[](AttentionBlob& s) { s.a.out = s.b.output(DType::kFloat32, {2, 4, 3, 7}); },
+       "batch * heads_q * seq_q"},
+      {[](AttentionBlob& s) { s.a.heads_kv = 0; }, "heads_kv"},
+  };
+  for (const Case& c : cases) {
+    AttentionBlob s = attention_blob();
+    c.mutate(s);
+    s.b.attention(s.a);
+    EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, c.needle)) << c.needle;
+  }
+  // An additive mask of another dtype than q.
+  AttentionBlob s = attention_blob(DType::kFloat16);
   s.b.attention(s.a);
   EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "mask (tensor"));
-
-  s = attention_blob();
-  s.a.k = s.b.input(DType::kFloat16, {2, 2, 5, 8});
-  s.b.attention(s.a);
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "k (tensor"));
-
-  s = attention_blob();
-  s.a.q_strides[2] = 64;  // the last query row would lie past q
-  s.b.attention(s.a);
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "addressed at element offsets"));
-
-  s = attention_blob();
-  s.a.mask_strides[0] = 15;  // the mask has one batch, not two
-  s.b.attention(s.a);
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "mask (tensor"));
-
-  s = attention_blob();
-  s.a.out = s.b.output(DType::kFloat32, {2, 4, 3, 7});
-  s.b.attention(s.a);
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "batch * heads_q * seq_q"));
-
-  s = attention_blob();
-  s.b.attention(s.a);
-  s.b.operands[operand_at(s.b, 0, 7)] = 0;  // heads_kv 0
-  EXPECT_TRUE(fails_with(s.b.build(), Error::InvalidProgram, "heads_kv"));
 }
 
 }  // namespace

@@ -16,23 +16,9 @@ from kiln_executorch.aot.ops import attention
 from kiln_testing.blob_reader import read_blob
 from kiln_testing.reference import run_program
 
-g = torch.Generator().manual_seed(0)
+from test_operators import Fn, randn  # noqa: E402  (beside this file; pytest puts it on the path)
+
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
-
-
-def randn(*shape):
-    return torch.randn(*shape, generator=g)
-
-
-class Fn(nn.Module):
-    def __init__(self, fn, **modules):
-        super().__init__()
-        self.fn = fn
-        for name, m in modules.items():
-            setattr(self, name, m)
-
-    def forward(self, *args):
-        return self.fn(self, *args)
 
 
 def blobs(program):
