@@ -274,13 +274,13 @@ void check(OpDecoder& d, const AttentionArgs& a) {
   const int64_t one = 1;
   const int64_t q_sizes[4] = {a.batch, a.heads_q, a.seq_q, a.head_dim};
   const int64_t q_strides[4] = {a.q_stride_b, a.q_stride_h, a.q_stride_s, one};
-  d.check_extent("q", a.q, 4, q_sizes, 0, q_strides);
+  d.check_extent("q", a.q, 4, q_sizes, a.q_offset, q_strides);
   const int64_t k_sizes[4] = {a.batch, a.heads_kv, a.seq_kv, a.head_dim};
   const int64_t k_strides[4] = {a.k_stride_b, a.k_stride_h, a.k_stride_s, one};
-  d.check_extent("k", a.k, 4, k_sizes, 0, k_strides);
+  d.check_extent("k", a.k, 4, k_sizes, a.k_offset, k_strides);
   const int64_t v_sizes[4] = {a.batch, a.heads_kv, a.seq_kv, a.head_dim_v};
   const int64_t v_strides[4] = {a.v_stride_b, a.v_stride_h, a.v_stride_s, one};
-  d.check_extent("v", a.v, 4, v_sizes, 0, v_strides);
+  d.check_extent("v", a.v, 4, v_sizes, a.v_offset, v_strides);
   if (a.mask != kNoTensor) {
     const int64_t m_sizes[4] = {a.batch, a.heads_q, a.seq_q, a.seq_kv};
     const int64_t m_strides[4] = {a.mask_stride_b, a.mask_stride_h, a.mask_stride_q,

@@ -78,6 +78,8 @@ TEST(BlobReader, AttentionChecksHeadsDtypesAndExtents) {
       {[](AttentionBlob& s) { s.a.out = s.b.output(DType::kFloat32, {2, 4, 3, 7}); },
        "batch * heads_q * seq_q"},
       {[](AttentionBlob& s) { s.a.heads_kv = 0; }, "heads_kv"},
+      // v read one element past its end.
+      {[](AttentionBlob& s) { s.a.v_offset = 1; }, "v (tensor"},
   };
   for (const Case& c : cases) {
     AttentionBlob s = attention_blob();

@@ -252,6 +252,7 @@ class BlobBuilder {
   struct Attention {
     int64_t q, k, v, mask = -1, out;
     int64_t batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v;
+    int64_t q_offset = 0, k_offset = 0, v_offset = 0;
     int64_t q_strides[3] = {-1, -1, -1}, k_strides[3] = {-1, -1, -1},
             v_strides[3] = {-1, -1, -1}, mask_strides[4] = {-1, -1, -1, -1};
     bool causal = false;
@@ -277,7 +278,7 @@ class BlobBuilder {
     }
     op(blob::Opcode::kAttention,
        {a.q, a.k, a.v, a.mask, a.out, a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_kv,
-        a.head_dim, a.head_dim_v, a.q_strides[0], a.q_strides[1], a.q_strides[2], a.k_strides[0],
+        a.head_dim, a.head_dim_v, a.q_offset, a.k_offset, a.v_offset, a.q_strides[0], a.q_strides[1], a.q_strides[2], a.k_strides[0],
         a.k_strides[1], a.k_strides[2], a.v_strides[0], a.v_strides[1], a.v_strides[2],
         a.mask_strides[0], a.mask_strides[1], a.mask_strides[2], a.mask_strides[3], a.causal,
         f(a.scale)});

@@ -9,17 +9,18 @@ from .machine import semantics, strided_index
 
 @semantics(Opcode.ATTENTION)
 def _attention(m, q, k, v, mask, out, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim,
-               head_dim_v, q_stride_b, q_stride_h, q_stride_s, k_stride_b, k_stride_h,
-               k_stride_s, v_stride_b, v_stride_h, v_stride_s, mask_stride_b, mask_stride_h,
+               head_dim_v, q_offset, k_offset, v_offset, q_stride_b, q_stride_h, q_stride_s,
+               k_stride_b, k_stride_h, k_stride_s, v_stride_b, v_stride_h, v_stride_s, mask_stride_b, mask_stride_h,
                mask_stride_q, mask_stride_k, causal, scale):
-    def read(tid, heads, seq, dim, strides):
-        index = strided_index([batch, heads, seq, dim], list(strides) + [1])
+    def read(tid, heads, seq, dim, offset, strides):
+        index = offset + strided_index([batch, heads, seq, dim], list(strides) + [1])
         return m.gather(tid, index).to(m.fp).reshape(batch, heads, seq, dim)
 
-    qv = read(q, heads_q, seq_q, head_dim, (q_stride_b, q_stride_h, q_stride_s))
+    qv = read(q, heads_q, seq_q, head_dim, q_offset, (q_stride_b, q_stride_h, q_stride_s))
     group = heads_q // heads_kv
-    kv = read(k, heads_kv, seq_kv, head_dim, (k_stride_b, k_stride_h, k_stride_s))
-    vv = read(v, heads_kv, seq_kv, head_dim_v, (v_stride_b, v_stride_h, v_stride_s))
+    kv = read(k, heads_kv, seq_kv, head_dim, k_offset, (k_stride_b, k_stride_h, k_stride_s))
+    vv = read(v, heads_kv, seq_kv, head_dim_v, v_offset,
+              (v_stride_b, v_stride_h, v_stride_s))
     kv, vv = kv.repeat_interleave(group, dim=1), vv.repeat_interleave(group, dim=1)
     scores = scale * (qv @ kv.transpose(-1, -2))
     keep = torch.ones(seq_q, seq_kv, dtype=torch.bool)

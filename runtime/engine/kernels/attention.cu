@@ -35,6 +35,7 @@ struct Params {
   void* out;
   MaskKind mask_kind;
   int64_t heads_q, group, seq_q, seq_kv, d, dv;
+  int64_t q_offset, k_offset, v_offset;
   int64_t qs[3], ks[3], vs[3], ms[4];
   bool causal;
   float scale;
@@ -73,9 +74,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   const int64_t h = blockIdx.y - b * p.heads_q;
   const int64_t hk = h / p.group;
   const int64_t i0 = int64_t(blockIdx.x) * (kWarps * R);
-  const T* q = static_cast<const T*>(p.q) + b * p.qs[0] + h * p.qs[1];
-  const T* k = static_cast<const T*>(p.k) + b * p.ks[0] + hk * p.ks[1];
-  const T* v = static_cast<const T*>(p.v) + b * p.vs[0] + hk * p.vs[1];
+  const T* q = static_cast<const T*>(p.q) + p.q_offset + b * p.qs[0] + h * p.qs[1];
+  const T* k = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1];
+  const T* v = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1];
   const int64_t mask_base = b * p.ms[0] + h * p.ms[1];
 
   // The CTA's queries, scaled (zero rows past seq_q, zero columns past d).
@@ -268,6 +269,9 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
   p.seq_q = a.seq_q;
   p.seq_kv = a.seq_kv;
   p.d = a.head_dim;
+  p.q_offset = a.q_offset;
+  p.k_offset = a.k_offset;
+  p.v_offset = a.v_offset;
   p.dv = a.head_dim_v;
   const int64_t qs[3] = {a.q_stride_b, a.q_stride_h, a.q_stride_s};
   const int64_t ks[3] = {a.k_stride_b, a.k_stride_h, a.k_stride_s};

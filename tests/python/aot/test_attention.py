@@ -128,3 +128,21 @@ def test_excluded_attention_is_not_kept_whole():
     program = lower(Heads().eval(), (randn(1, 12, 64),), exclude_ops=[SDPA]).exported_program()
     (graph,) = blobs(program)
     assert Opcode.ATTENTION not in opcodes(graph) and Opcode.SOFTMAX in opcodes(graph)
+
+
+def test_packed_qkv_thirds_are_read_in_place():
+    # nn.MultiheadAttention (as torchvision's ViT uses it) splits one packed in-projection into
+    # q, k and v with selects and permutes: each is read at its offset, none is copied.
+    mha = nn.MultiheadAttention(32, 2).eval()
+    module = Fn(lambda m, x: m.mha(x, x, x, need_weights=False)[0], mha=mha)
+    x = (randn(5, 1, 32),)
+    program = lower(module, x).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    att = next(op.operands for op in graph.ops if op.opcode == Opcode.ATTENTION)
+    assert (att["q_offset"], att["k_offset"], att["v_offset"]) == (0, 32, 64)
+    assert (att["q_stride_h"], att["q_stride_s"]) == (16, 96)
+    assert opcodes(graph).count(Opcode.COPY) <= 1, opcodes(graph)
+    (actual,) = run_program(program, x)
+    with torch.no_grad():
+        torch.testing.assert_close(actual, module(*x), atol=1e-5, rtol=1e-5)

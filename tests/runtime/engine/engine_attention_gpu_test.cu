@@ -1,7 +1,7 @@
 // kAttention on a GPU against a float64 host reference (engine_gpu_fixture.h says how): plain,
 // scaled, additive and Bool masks broadcast through strides, causal (square and with more keys
-// than queries), grouped-query heads, q read strided from a [B, S, H, D] projection, odd head
-// dims, one query, long rows (several key tiles) and rows whose every key is masked out (0, as
+// than queries), grouped-query heads, q read at an offset and strides from a packed projection,
+// odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out (0, as
 // torch gives), in fp32, fp16 and bf16. The kernel shares memory between warps, so gpu-check.sh
 // sanitize may run this binary under racecheck too.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
@@ -40,14 +40,18 @@ void run_case(DType dtype, const Case& c) {
   a.batch = c.b, a.heads_q = c.hq, a.heads_kv = c.hkv, a.seq_q = c.sq, a.seq_kv = c.skv;
   a.head_dim = c.d, a.head_dim_v = c.dv, a.causal = c.causal;
   a.scale = 1.0 / std::sqrt(static_cast<double>(c.d));
-  // q is [B, Sq, Hq, D] when strided (a projection output not yet transposed), else [B, Hq, Sq, D].
-  const HostTensor q = random(dtype, c.strided_q ? Sizes{c.b, c.sq, c.hq, c.d}
+  // Strided, q is the second half of a packed [B, Sq, 2, Hq, D] projection output (not yet
+  // transposed: an offset and strides); else [B, Hq, Sq, D].
+  const HostTensor q = random(dtype, c.strided_q ? Sizes{c.b, c.sq, 2, c.hq, c.d}
                                                  : Sizes{c.b, c.hq, c.sq, c.d});
   const HostTensor k = random(dtype, {c.b, c.hkv, c.skv, c.d});
   const HostTensor v = random(dtype, {c.b, c.hkv, c.skv, c.dv});
-  const int64_t qs[3] = {c.sq * c.hq * c.d, c.strided_q ? c.d : c.sq * c.d,
-                         c.strided_q ? c.hq * c.d : c.d};
+  const int64_t packed = c.strided_q ? 2 : 1;
+  const int64_t qs[3] = {c.sq * packed * c.hq * c.d, c.strided_q ? c.d : c.sq * c.d,
+                         c.strided_q ? packed * c.hq * c.d : c.d};
+  const int64_t q_offset = c.strided_q ? c.hq * c.d : 0;
   for (int i = 0; i < 3; ++i) a.q_strides[i] = qs[i];
+  a.q_offset = q_offset;
   a.q = op.add_input(q);
   a.k = op.add_input(k);
   a.v = op.add_input(v);
@@ -88,7 +92,7 @@ void run_case(DType dtype, const Case& c) {
         for (int64_t j = 0; j < c.skv; ++j) {
           double dotp = 0;
           for (int64_t e = 0; e < c.d; ++e) {
-            dotp += q.v[b * qs[0] + h * qs[1] + i * qs[2] + e] *
+            dotp += q.v[q_offset + b * qs[0] + h * qs[1] + i * qs[2] + e] *
                     k.v[((b * c.hkv + hk) * c.skv + j) * c.d + e];
           }
           double score = dotp * a.scale;

@@ -2,9 +2,11 @@
 
 The partitioner keeps the operator whole through ExecuTorch's decompositions
 (KilnPartitioner.ops_to_not_decompose) when `check` passes for every SDPA node of the program;
-otherwise they all decompose as before. The lowering reads q, k and v where they are: a chain of permutes /
-transposes of a contiguous tensor (a projection output viewed as [B, S, H, D] and transposed to
-[B, H, S, D]) is read through its strides, with no copy, when the last dim stays dense; HF's
+otherwise they all decompose as before. The lowering reads q, k and v where they are: a chain of views, permutes,
+selects and slices of a contiguous tensor (a projection output viewed as [B, S, H, D] and
+transposed to [B, H, S, D], or a third of a packed qkv projection as nn.MultiheadAttention
+splits it) is read through an offset and strides, with no copy, when the last dim stays dense
+(the copies the chain had go unread and the builder drops them); HF's
 repeat_kv (k[:, :, None].expand(...).reshape(...)) is read as grouped-query attention on the
 unexpanded heads. A mask known ahead of time is folded where that changes nothing: all zeros is
 no mask, and 0 on and below the diagonal with <= -1e6 above it is the causal flag (at those
@@ -16,7 +18,7 @@ import math
 import torch
 
 from ..blob_format import Opcode
-from .common import FLOAT, arguments, aten_op, contiguous_strides, dtype, shape, val
+from .common import FLOAT, arguments, aten_op, contiguous_strides, dtype, shape, val, wrap_dim
 from .registry import Family
 from .views import permutation
 
@@ -24,6 +26,9 @@ aten = torch.ops.aten
 family = Family(__name__)
 
 _CLONES = (aten.clone.default, torch.ops.dim_order_ops._clone_dim_order.default)
+_VIEW_LIKE = (aten.view_copy.default, aten.squeeze_copy.default, aten.squeeze_copy.dim,
+              aten.squeeze_copy.dims, aten.unsqueeze_copy.default, aten.select_copy.int,
+              aten.slice_copy.Tensor)
 MAX_HEAD_DIM = 256          # the engine kernel's limit (kernels/attention.cuh)
 CAUSAL_MASKED = -1e6        # a constant mask at or below this above the diagonal is `causal`
 
@@ -72,19 +77,55 @@ def check(node, ctx=None):
     return None
 
 
+def _layout(node):
+    """(root node, element offset, strides) that read `node`'s value from a contiguous root
+    through the view-like ops before it (views, permutes, selects, slices, unsqueeze/squeeze,
+    clones), or (node, 0, contiguous strides) where that chain ends or a view cannot be expressed
+    as strides."""
+    own = (node, 0, contiguous_strides(shape(node)))
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return own
+    op, args = aten_op(node), arguments(node)
+    perm = permutation(node)
+    if perm is None and op not in _VIEW_LIKE:
+        return own
+    src = node.args[0]
+    if not isinstance(src, torch.fx.Node):
+        return own
+    root, offset, strides = _layout(src)
+    if perm is not None:
+        return root, offset, [strides[d] for d in perm]
+    sizes = list(shape(src))
+    if op == aten.select_copy.int:
+        dim = wrap_dim(args["dim"], len(sizes))
+        index = args["index"] + (sizes[dim] if args["index"] < 0 else 0)
+        return root, offset + index * strides[dim], strides[:dim] + strides[dim + 1:]
+    if op == aten.slice_copy.Tensor:
+        dim = wrap_dim(args["dim"], len(sizes))
+        start = slice(args["start"], args["end"], args["step"]).indices(sizes[dim])[0]
+        strides = list(strides)
+        offset += start * strides[dim]
+        strides[dim] *= args["step"]
+        return root, offset, strides
+    # view / reshape / squeeze / unsqueeze: the strides torch itself gives such a view, when
+    # there is one.
+    try:
+        viewed = torch.empty_strided(sizes, strides, device="meta").view(shape(node))
+    except RuntimeError:
+        return own
+    return root, offset, list(viewed.stride())
+
+
 def _strided(lw, node):
-    """(tensor id, [stride_b, stride_h, stride_s]) reading `node`'s value as [B, H, S, D]: through
-    a chain of permutes of a contiguous tensor when its last dim stays dense, else the value."""
-    rank = len(shape(node))
-    perm, src = list(range(rank)), node
-    while (inner := permutation(src)) is not None:
-        perm, src = [inner[d] for d in perm], src.args[0]
-    strides = [contiguous_strides(shape(src))[d] for d in perm]
-    if strides[-1] != 1 or src is node:
-        src, strides = node, contiguous_strides(shape(node))
-    if rank == 3:
+    """(tensor id, offset, [stride_b, stride_h, stride_s]) reading `node`'s value as
+    [B, H, S, D] in place (see _layout) when its last dim stays dense, else the value itself."""
+    root, offset, strides = _layout(node)
+    if strides[-1] != 1 or min(strides) < 0 or (isinstance(root, torch.fx.Node) and
+                                                 not isinstance(val(root), torch.Tensor)):
+        root, offset, strides = node, 0, contiguous_strides(shape(node))
+    if len(strides) == 3:
         strides = [strides[0], 0, strides[1], strides[2]]
-    return lw.tensor(src), strides[:3]
+    return lw.tensor(root), offset, strides[:3]
 
 
 def _repeat_kv_source(node):
@@ -143,7 +184,7 @@ def _attention(lw, node):
     if hkv == hq and reps[0] is not None and reps[1] is not None and reps[0][1] == reps[1][1]:
         (k, n), (v, _) = reps
         hkv = hq // n
-    (tq, qs), (tk, ks), (tv, vs) = (_strided(lw, t) for t in (q, k, v))
+    (tq, qo, qs), (tk, ko, ks), (tv, vo, vs) = (_strided(lw, t) for t in (q, k, v))
     full = (b, hq, sq, skv)
     tm, ms = -1, [0, 0, 0, 0]
     if mask is not None:
@@ -163,6 +204,7 @@ def _attention(lw, node):
     out = lw.new(node)
     lw.g.add_op(Opcode.ATTENTION, q=tq, k=tk, v=tv, mask=tm, out=out, batch=b, heads_q=hq,
                 heads_kv=hkv, seq_q=sq, seq_kv=skv, head_dim=d, head_dim_v=dv,
+                q_offset=qo, k_offset=ko, v_offset=vo,
                 q_stride_b=qs[0], q_stride_h=qs[1], q_stride_s=qs[2],
                 k_stride_b=ks[0], k_stride_h=ks[1], k_stride_s=ks[2],
                 v_stride_b=vs[0], v_stride_h=vs[1], v_stride_s=vs[2],
