@@ -278,7 +278,8 @@ class BlobBuilder {
     }
     op(blob::Opcode::kAttention,
        {a.q, a.k, a.v, a.mask, a.out, a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_kv,
-        a.head_dim, a.head_dim_v, a.q_offset, a.k_offset, a.v_offset, a.q_strides[0], a.q_strides[1], a.q_strides[2], a.k_strides[0],
+        a.head_dim, a.head_dim_v, a.q_offset, a.k_offset, a.v_offset, a.q_strides[0],
+        a.q_strides[1], a.q_strides[2], a.k_strides[0],
         a.k_strides[1], a.k_strides[2], a.v_strides[0], a.v_strides[1], a.v_strides[2],
         a.mask_strides[0], a.mask_strides[1], a.mask_strides[2], a.mask_strides[3], a.causal,
         f(a.scale)});

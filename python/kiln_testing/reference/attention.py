@@ -10,8 +10,8 @@ from .machine import semantics, strided_index
 @semantics(Opcode.ATTENTION)
 def _attention(m, q, k, v, mask, out, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim,
                head_dim_v, q_offset, k_offset, v_offset, q_stride_b, q_stride_h, q_stride_s,
-               k_stride_b, k_stride_h, k_stride_s, v_stride_b, v_stride_h, v_stride_s, mask_stride_b, mask_stride_h,
-               mask_stride_q, mask_stride_k, causal, scale):
+               k_stride_b, k_stride_h, k_stride_s, v_stride_b, v_stride_h, v_stride_s,
+               mask_stride_b, mask_stride_h, mask_stride_q, mask_stride_k, causal, scale):
     def read(tid, heads, seq, dim, offset, strides):
         index = offset + strided_index([batch, heads, seq, dim], list(strides) + [1])
         return m.gather(tid, index).to(m.fp).reshape(batch, heads, seq, dim)

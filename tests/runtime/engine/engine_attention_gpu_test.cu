@@ -1,9 +1,9 @@
 // kAttention on a GPU against a float64 host reference (engine_gpu_fixture.h says how): plain,
 // scaled, additive and Bool masks broadcast through strides, causal (square and with more keys
 // than queries), grouped-query heads, q read at an offset and strides from a packed projection,
-// odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out (0, as
-// torch gives), in fp32, fp16 and bf16. The kernel shares memory between warps, so gpu-check.sh
-// sanitize may run this binary under racecheck too.
+// odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out
+// (0, as torch gives), in fp32, fp16 and bf16. The kernel shares memory between warps, so
+// gpu-check.sh sanitize may run this binary under racecheck too.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <gtest/gtest.h>

@@ -2,15 +2,15 @@
 
 The partitioner keeps the operator whole through ExecuTorch's decompositions
 (KilnPartitioner.ops_to_not_decompose) when `check` passes for every SDPA node of the program;
-otherwise they all decompose as before. The lowering reads q, k and v where they are: a chain of views, permutes,
-selects and slices of a contiguous tensor (a projection output viewed as [B, S, H, D] and
-transposed to [B, H, S, D], or a third of a packed qkv projection as nn.MultiheadAttention
-splits it) is read through an offset and strides, with no copy, when the last dim stays dense
-(the copies the chain had go unread and the builder drops them); HF's
+otherwise they all decompose as before. The lowering reads q, k and v where they are: a chain of
+views, permutes, selects and slices of a contiguous tensor (a projection output viewed as [B, S,
+H, D] and transposed to [B, H, S, D], or a third of a packed qkv projection as
+nn.MultiheadAttention splits it) is read through an offset and strides, with no copy, when the
+last dim stays dense (the copies the chain had go unread and the builder drops them); HF's
 repeat_kv (k[:, :, None].expand(...).reshape(...)) is read as grouped-query attention on the
-unexpanded heads. A mask known ahead of time is folded where that changes nothing: all zeros is
-no mask, and 0 on and below the diagonal with <= -1e6 above it is the causal flag (at those
-values softmax gives exactly 0 above the diagonal in every floating dtype).
+unexpanded heads. A mask known ahead of time is folded where that changes nothing: all zeros is no
+mask, and 0 on and below the diagonal with <= -1e6 above it is the causal flag (at those values
+softmax gives exactly 0 above the diagonal in every floating dtype).
 """
 
 import math
