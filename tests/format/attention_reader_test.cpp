@@ -33,12 +33,13 @@ TEST(BlobReader, AttentionRoundTrip) {
   AttentionBlob s = attention_blob();
   s.a.causal = true;
   s.b.attention(s.a);
-  const Bytes bytes = s.b.build();
   std::string why;
-  auto g = read_blob(bytes.data(), bytes.size(), &why);
+  const Bytes bytes = s.b.build();
+  const auto g = read_blob(bytes.data(), bytes.size(), &why);
   ASSERT_TRUE(g.ok()) << why;
-  ASSERT_EQ(g->ops[0].opcode, blob::Opcode::kAttention);
-  const auto& a = std::get<AttentionArgs>(g->ops[0].args);
+  const Op& op = g->ops[0];
+  ASSERT_EQ(op.opcode, blob::Opcode::kAttention);
+  const auto& a = std::get<AttentionArgs>(op.args);
   EXPECT_EQ(a.q, s.a.q);
   EXPECT_EQ(a.mask, s.a.mask);
   EXPECT_EQ(a.heads_kv, 2);
