@@ -8,7 +8,12 @@
 //
 // R (queries per warp: 1, 2 or 4) is chosen per launch so that batch-1 shapes still have about
 // two CTAs per SM: fewer queries per CTA re-read K/V from L2 more often, but fill the device.
+// KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "format/fail.h"
 #include "runtime/engine/cuda_check.h"
@@ -18,6 +23,7 @@ namespace kiln::engine::kernels {
 namespace {
 
 using executorch::runtime::Error;
+using executorch::runtime::Result;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -208,8 +214,8 @@ Error allow_smem(size_t bytes, size_t op) {
 
 class AttentionStep final : public Step {
  public:
-  AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype)
-      : a_(a), p_(p), dtype_(dtype) {}
+  AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r)
+      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r) {}
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.batch == 0 || a_.seq_q == 0) return Error::Ok;
@@ -233,6 +239,7 @@ class AttentionStep final : public Step {
   /// The largest R (queries per warp) that still gives about two CTAs per SM (max_blocks is
   /// 8 per SM), else 1.
   int queries_per_warp(int max_blocks) const {
+    if (forced_r_ != 0) return forced_r_;
     const int64_t heads = a_.batch * a_.heads_q;
     for (int r : {4, 2}) {
       const int64_t ctas = heads * ((a_.seq_q + kWarps * r - 1) / (kWarps * r));
@@ -245,7 +252,20 @@ class AttentionStep final : public Step {
   AttentionArgs a_;
   Params p_;
   blob::DType dtype_;
+  int forced_r_;  // 0: chosen per launch
 };
+
+// KILN_ATTENTION_QUERIES: queries per CTA (4, 8 or 16) -> R, or 0 (unset: automatic).
+Result<int> forced_queries_per_warp(size_t op) {
+  const char* env = std::getenv("KILN_ATTENTION_QUERIES");
+  if (env == nullptr || env[0] == '\0') return 0;
+  for (int r : kQueriesPerWarp) {
+    if (std::strcmp(env, std::to_string(kWarps * r).c_str()) == 0) return r;
+  }
+  return fail(nullptr, Error::InvalidArgument,
+              "Kiln engine: op %zu (attention): KILN_ATTENTION_QUERIES=%s; use 4, 8 or 16", op,
+              env);
+}
 
 }  // namespace
 
@@ -305,7 +325,9 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
     }
   });
   if (e != Error::Ok) return e;
-  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype));
+  const Result<int> forced = forced_queries_per_warp(ctx.op_index);
+  if (!forced.ok()) return forced.error();
+  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype, forced.get()));
 }
 
 }  // namespace kiln::engine::kernels
