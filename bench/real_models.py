@@ -50,7 +50,9 @@ class HiddenStates(nn.Module):
 class Logits(nn.Module):
     """An HF causal LM's prefill: logits for every position, no KV cache. The causal mask
     (additive, -1e9 above the diagonal) and the positions are handed in ready-made, for the
-    same reason as HiddenStates'."""
+    same reason as HiddenStates'. With SDPA attention HF then repeats the key/value heads
+    (repeat_kv) and passes the mask; Kiln reads both back as one causal, grouped-query
+    kAttention op."""
 
     def __init__(self, model, seq: int):
         super().__init__()
@@ -74,20 +76,21 @@ def _torchvision(name):
     return getattr(torchvision.models, name)(weights=None)
 
 
-def _bert():
+def _bert(layers: int = 12):
     from transformers import BertConfig, BertModel
 
-    # BERT-base (12 layers, width 768, 12 heads); eager attention: plain matmul/softmax ops.
-    config = BertConfig(attn_implementation="eager")
+    # BERT-base (12 layers, width 768, 12 heads); HF's default SDPA attention, which Kiln runs
+    # as one kAttention op per layer (the all-zeros mask folds away). `layers`: fewer, for tests.
+    config = BertConfig(num_hidden_layers=layers, attn_implementation="sdpa")
     return HiddenStates(BertModel(config, add_pooling_layer=False), 128)
 
 
-def _llama():
+def _llama(layers: int = 8):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(num_hidden_layers=8, hidden_size=1024, num_attention_heads=16,
+    config = LlamaConfig(num_hidden_layers=layers, hidden_size=1024, num_attention_heads=16,
                          num_key_value_heads=4, intermediate_size=2816, vocab_size=32000,
-                         max_position_embeddings=2048, attn_implementation="eager")
+                         max_position_embeddings=2048, attn_implementation="sdpa")
     return Logits(LlamaForCausalLM(config), 32)
 
 

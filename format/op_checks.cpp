@@ -262,6 +262,33 @@ void check(OpDecoder& d, const FusedElementwiseArgs& a) {
   }
 }
 
+void check(OpDecoder& d, const AttentionArgs& a) {
+  table_checks(d, a);
+  if (d.ok() && a.heads_q % a.heads_kv != 0) {
+    d.fail("heads_q (%lld) must be a multiple of heads_kv (%lld)", ll(a.heads_q), ll(a.heads_kv));
+    return;
+  }
+  if (a.mask != kNoTensor && d.ok() && d.t(a.mask).dtype != blob::DType::kBool) {
+    d.require_same_dtype(a.mask, "mask", a.q, "q");
+  }
+  const int64_t one = 1;
+  const int64_t q_sizes[4] = {a.batch, a.heads_q, a.seq_q, a.head_dim};
+  const int64_t q_strides[4] = {a.q_stride_b, a.q_stride_h, a.q_stride_s, one};
+  d.check_extent("q", a.q, 4, q_sizes, a.q_offset, q_strides);
+  const int64_t k_sizes[4] = {a.batch, a.heads_kv, a.seq_kv, a.head_dim};
+  const int64_t k_strides[4] = {a.k_stride_b, a.k_stride_h, a.k_stride_s, one};
+  d.check_extent("k", a.k, 4, k_sizes, a.k_offset, k_strides);
+  const int64_t v_sizes[4] = {a.batch, a.heads_kv, a.seq_kv, a.head_dim_v};
+  const int64_t v_strides[4] = {a.v_stride_b, a.v_stride_h, a.v_stride_s, one};
+  d.check_extent("v", a.v, 4, v_sizes, a.v_offset, v_strides);
+  if (a.mask != kNoTensor) {
+    const int64_t m_sizes[4] = {a.batch, a.heads_q, a.seq_q, a.seq_kv};
+    const int64_t m_strides[4] = {a.mask_stride_b, a.mask_stride_h, a.mask_stride_q,
+                                  a.mask_stride_k};
+    d.check_extent("mask", a.mask, 4, m_sizes, 0, m_strides);
+  }
+}
+
 void check(OpDecoder& d, const GatherArgs& a) {
   table_checks(d, a);
   d.require_numel(a.out, "out", numel_of(d, a.rank, a.sizes), "sizes");

@@ -394,6 +394,7 @@ void check(OpDecoder& d, const ReduceArgs& a);
 void check(OpDecoder& d, const Conv2dArgs& a);
 void check(OpDecoder& d, const Pool2dArgs& a);
 void check(OpDecoder& d, const FusedElementwiseArgs& a);
+void check(OpDecoder& d, const AttentionArgs& a);
 void check(OpDecoder& d, const GatherArgs& a);
 
 /// Fills the Args struct of a `custom` op (op_table.def) from its decoded fields.

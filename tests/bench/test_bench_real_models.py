@@ -66,3 +66,40 @@ def test_digest_sees_every_bit():
         flat = m.conv.weight.view(-1)
         flat[5] = torch.nextafter(flat[5], torch.tensor(10.0))
     assert real_models.weights_digest(m) != before
+
+
+def _lowered(module, inputs):
+    from kiln_executorch.aot import lower
+    from kiln_testing.blob_reader import read_blob
+
+    program = lower(module.eval(), inputs).exported_program()
+    cpu = [str(n.target) for n in program.graph.nodes if n.op == "call_function"
+           and "getitem" not in str(n.target) and "call_delegate" not in str(n.target)]
+    blobs = [read_blob(m.processed_bytes) for _, m in program.graph_module.named_children()
+             if hasattr(m, "processed_bytes")]
+    return cpu, blobs
+
+
+def _attention_ops(blobs):
+    from kiln_executorch.aot.blob_format import Opcode
+
+    return [op.operands for g in blobs for op in g.ops if op.opcode == Opcode.ATTENTION]
+
+
+def test_transformers_run_attention_fused_in_one_partition():
+    # One layer of each real transformer (same code, fewer layers; ViT at a small size): SDPA is
+    # one kAttention op per layer, in one Kiln partition with nothing left on the CPU.
+    import torchvision
+
+    bert = real_models._bert(layers=1)
+    llama = real_models._llama(layers=1)
+    vit = torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1,
+                                               num_heads=2, hidden_dim=32, mlp_dim=64)
+    cases = [(bert, (torch.randint(0, 100, (1, 128)),), dict(heads_q=12, mask=-1, causal=0)),
+             (llama, (torch.randint(0, 100, (1, 32)),), dict(heads_q=16, heads_kv=4, causal=1)),
+             (vit, (torch.randn(1, 3, 32, 32),), dict(heads_q=2, seq_q=5, causal=0))]
+    for module, inputs, want in cases:
+        cpu, blobs = _lowered(module, inputs)
+        assert cpu == [] and len(blobs) == 1, (type(module).__name__, cpu, len(blobs))
+        (att,) = _attention_ops(blobs)
+        assert {k: att[k] for k in want} == want, type(module).__name__

@@ -258,6 +258,44 @@ class BlobBuilder {
         p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.h_out(), p.w_out(), p.count_include_pad});
   }
 
+  /// kAttention. Strides default to contiguous [B, H, S, D] q/k/v (set() fills them) and a
+  /// mask of [B, Hq, Sq, Skv]; -1 strides mean "contiguous".
+  struct Attention {
+    int64_t q, k, v, mask = -1, out;
+    int64_t batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v;
+    int64_t q_offset = 0, k_offset = 0, v_offset = 0;
+    int64_t q_strides[3] = {-1, -1, -1}, k_strides[3] = {-1, -1, -1},
+            v_strides[3] = {-1, -1, -1}, mask_strides[4] = {-1, -1, -1, -1};
+    bool causal = false;
+    double scale = 1.0;
+  };
+
+  void attention(Attention a) {
+    auto fill3 = [](int64_t* s, int64_t h, int64_t seq, int64_t d) {
+      if (s[0] < 0) {
+        s[2] = d;
+        s[1] = seq * d;
+        s[0] = h * seq * d;
+      }
+    };
+    fill3(a.q_strides, a.heads_q, a.seq_q, a.head_dim);
+    fill3(a.k_strides, a.heads_kv, a.seq_kv, a.head_dim);
+    fill3(a.v_strides, a.heads_kv, a.seq_kv, a.head_dim_v);
+    if (a.mask_strides[0] < 0) {
+      a.mask_strides[3] = 1;
+      a.mask_strides[2] = a.seq_kv;
+      a.mask_strides[1] = a.seq_q * a.seq_kv;
+      a.mask_strides[0] = a.heads_q * a.seq_q * a.seq_kv;
+    }
+    op(blob::Opcode::kAttention,
+       {a.q, a.k, a.v, a.mask, a.out, a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_kv,
+        a.head_dim, a.head_dim_v, a.q_offset, a.k_offset, a.v_offset, a.q_strides[0],
+        a.q_strides[1], a.q_strides[2], a.k_strides[0],
+        a.k_strides[1], a.k_strides[2], a.v_strides[0], a.v_strides[1], a.v_strides[2],
+        a.mask_strides[0], a.mask_strides[1], a.mask_strides[2], a.mask_strides[3], a.causal,
+        f(a.scale)});
+  }
+
   /// Serialises everything into one blob; layout() then describes where each section went.
   std::vector<uint8_t> build() {
     auto align = [](uint64_t v, uint64_t a) { return (v + a - 1) / a * a; };

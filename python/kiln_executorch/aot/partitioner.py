@@ -27,6 +27,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .backend import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
 from .dynamic import is_sym_node, node_symbols, variant_count
+from .ops.attention import check as attention_check
 from .supported_ops import CONSTANT_ONLY, STATE_UPDATES, VIEWS, aten_op, check_node
 
 
@@ -201,6 +202,19 @@ class KilnPartitioner(Partitioner):
             memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False,
                                                     alloc_graph_output=False),
             **kwargs)
+
+    def ops_to_not_decompose(self, ep):
+        """ExecuTorch's hook (to_edge_transform_and_lower): the ATen operators kept whole for
+        Kiln. scaled_dot_product_attention becomes one kAttention op instead of bmm, softmax and
+        bmm when Kiln takes every SDPA node of the program (ops/attention.py's check); otherwise
+        all of them decompose as before. All or nothing, with no per-node filter: ExecuTorch's
+        filter path re-traces the kept nodes through a stand-in op whose output strides differ
+        from SDPA's, which breaks the views models take of its output (transpose + view)."""
+        sdpa = torch.ops.aten.scaled_dot_product_attention.default
+        nodes = [n for n in ep.graph.nodes if n.op == "call_function" and aten_op(n) == sdpa]
+        if sdpa in self.exclude_ops or not all(attention_check(n) is None for n in nodes):
+            return [], None
+        return [sdpa], None
 
     def partition(self, exported_program):
         ctx = _Context(exported_program, self.exclude_ops)

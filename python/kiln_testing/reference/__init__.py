@@ -35,7 +35,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from kiln_executorch.aot.blob_format import Storage
 
 from ..blob_reader import is_variant_set, read_blob, read_variant_set
-from . import dense, elementwise, rows  # noqa: F401  (they register the semantics of each opcode)
+# (Each family module registers the semantics of its opcodes.)
+from . import attention, dense, elementwise, rows  # noqa: F401
 from .machine import BlobExecutionError, Machine, initial_state
 
 __all__ = ["BlobExecutionError", "ReferenceEngine", "run_blob", "run_program"]

@@ -203,6 +203,41 @@ CASES = {
     "upsample_nearest": (lambda m, x: F.interpolate(x * 2, scale_factor=(2, 3), mode="nearest"),
                          (randn(1, 2, 3, 4),)),
     "upsample_nearest_size": (lambda m, x: F.interpolate(x + 1, size=(6, 4)), (randn(2, 1, 3, 2),)),
+    # Scaled-dot-product attention (kAttention): masks broadcast through strides, causal (square
+    # and with more keys than queries), grouped-query heads, q/k/v read strided from projections,
+    # an odd head dim, one query, a fully masked row (0, as torch gives), folded constant masks.
+    "sdpa": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v),
+             (randn(2, 3, 10, 64), randn(2, 3, 12, 64), randn(2, 3, 12, 64))),
+    "sdpa_scale_rank3_odd_dim": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, scale=0.3), (randn(2, 7, 40), randn(2, 9, 40), randn(2, 9, 24))),
+    "sdpa_additive_mask_rows": (lambda m, q, k, v, a: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=a), (randn(1, 2, 6, 16), randn(1, 2, 8, 16), randn(1, 2, 8, 16),
+                                randn(1, 1, 6, 8))),
+    "sdpa_additive_mask_keys": (lambda m, q, k, v, a: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=a), (randn(2, 2, 5, 16), randn(2, 2, 7, 16), randn(2, 2, 7, 16),
+                                randn(2, 1, 1, 7))),
+    "sdpa_bool_mask_dead_row": (lambda m, q, k, v, a: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=(a > 0) & (torch.arange(5)[:, None] > 0)),
+        (randn(1, 2, 5, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8), randn(1, 2, 5, 6))),
+    "sdpa_causal": (lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    (randn(1, 2, 9, 32), randn(1, 2, 9, 32), randn(1, 2, 9, 32))),
+    "sdpa_causal_more_keys": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True), (randn(1, 2, 4, 32), randn(1, 2, 11, 32), randn(1, 2, 11, 32))),
+    "sdpa_gqa_one_query": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, enable_gqa=True), (randn(1, 8, 1, 64), randn(1, 2, 13, 64), randn(1, 2, 13, 64))),
+    "sdpa_projections_strided": (
+        lambda m, x: F.scaled_dot_product_attention(
+            *(p(x).view(1, 10, 4, 16).transpose(1, 2) for p in (m.q, m.k, m.v)))
+        .transpose(1, 2).reshape(1, 10, 64),
+        (randn(1, 10, 64),), dict(q=nn.Linear(64, 64), k=nn.Linear(64, 64), v=nn.Linear(64, 64))),
+    "sdpa_repeat_kv_constant_causal_mask": (
+        lambda m, q, k, v: F.scaled_dot_product_attention(
+            q, *(t[:, :, None].expand(1, 2, 3, 7, 16).reshape(1, 6, 7, 16) for t in (k, v)),
+            attn_mask=torch.full((7, 7), -1e9).triu(1)[None, None]),
+        (randn(1, 6, 7, 16), randn(1, 2, 7, 16), randn(1, 2, 7, 16))),
+    "sdpa_constant_zero_mask": (lambda m, q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.zeros(1, 1, 4, 6)),
+        (randn(1, 2, 4, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8))),
 }
 
 

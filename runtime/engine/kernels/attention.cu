@@ -1,0 +1,333 @@
+// kAttention, a flash-style kernel: one CTA of kWarps warps per (batch, query head, tile of
+// kWarps * R queries). The CTA walks the keys in tiles of 32 (one per lane): the tile of K and V
+// goes through shared memory in fp32, each lane scores one key against the warp's R queries, and
+// an online softmax (running max and sum per query) rescales the fp32 accumulators, whose
+// head_dim_v columns the lanes share. Masks and the causal bound are applied per score; a causal
+// CTA stops at the last key its queries can see. A query whose every key is masked out gets 0
+// (torch's scaled_dot_product_attention gives 0 there too, its "safe softmax").
+//
+// R (queries per warp: 1, 2 or 4) is chosen per launch so that batch-1 shapes still have about
+// two CTAs per SM: fewer queries per CTA re-read K/V from L2 more often, but fill the device.
+// KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
+#include "runtime/engine/kernels/attention.cuh"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "format/fail.h"
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using executorch::runtime::Error;
+using executorch::runtime::Result;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kKeys = 32;                                     // keys per tile: one per lane
+constexpr int kMaxCols = int(kMaxAttentionHeadDim / 32);      // accumulator columns per lane
+constexpr int kQueriesPerWarp[] = {1, 2, 4};                         // the instantiated R
+
+enum class MaskKind : int { kNone, kAdditive, kBool };
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* mask;
+  void* out;
+  MaskKind mask_kind;
+  int64_t heads_q, group, seq_q, seq_kv, d, dv;
+  int64_t q_offset, k_offset, v_offset;
+  int64_t qs[3], ks[3], vs[3], ms[4];
+  bool causal;
+  float scale;
+};
+
+// Head dims rounded up to 4 (the score loop reads float4; the padding holds zeros), and the
+// K tile's row pitch, 4 floats more so that float4 reads of 8 consecutive lanes hit distinct banks.
+__host__ __device__ inline int64_t padded(int64_t d) { return (d + 3) / 4 * 4; }
+
+__host__ __device__ inline size_t smem_floats(int r, int64_t d, int64_t dv) {
+  const int64_t dp = padded(d);
+  return size_t(kWarps * r * dp + kKeys * (dp + 4) + kKeys * dv + kWarps * r * kKeys);
+}
+
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <typename T, int R>
+__global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int64_t dp = padded(p.d);
+  const int64_t kpitch = dp + 4;
+  float* q_s = smem;                           // [kWarps * R][dp], pre-scaled
+  float* k_s = q_s + kWarps * R * dp;          // [kKeys][kpitch]
+  float* v_s = k_s + kKeys * kpitch;           // [kKeys][dv]
+  float* p_s = v_s + kKeys * p.dv;             // [kWarps][R][kKeys]
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int64_t b = blockIdx.y / p.heads_q;
+  const int64_t h = blockIdx.y - b * p.heads_q;
+  const int64_t hk = h / p.group;
+  const int64_t i0 = int64_t(blockIdx.x) * (kWarps * R);
+  const T* q = static_cast<const T*>(p.q) + p.q_offset + b * p.qs[0] + h * p.qs[1];
+  const T* k = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1];
+  const T* v = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1];
+  const int64_t mask_base = b * p.ms[0] + h * p.ms[1];
+
+  // The CTA's queries, scaled (zero rows past seq_q, zero columns past d).
+  for (int row = warp; row < kWarps * R; row += kWarps) {
+    const int64_t i = i0 + row;
+    for (int64_t c = lane; c < dp; c += 32) {
+      q_s[row * dp + c] =
+          i < p.seq_q && c < p.d ? to_float(q[i * p.qs[2] + c]) * p.scale : 0.0f;
+    }
+  }
+
+  float m[R], l[R], acc[R][kMaxCols];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kMaxCols; ++t) acc[r][t] = 0.0f;
+  }
+  const int cols = int((p.dv + 31) / 32);
+  // Causal: no query of this CTA sees a key past its last query.
+  int64_t kv_end = p.seq_kv;
+  if (p.causal && i0 + kWarps * R < kv_end) kv_end = i0 + kWarps * R;
+
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kKeys) {
+    __syncthreads();  // the previous tile is consumed (and q_s written, on the first pass)
+    for (int row = warp; row < kKeys; row += kWarps) {
+      const int64_t j = j0 + row;
+      const bool in = j < p.seq_kv;
+      for (int64_t c = lane; c < dp; c += 32) {
+        k_s[row * kpitch + c] = in && c < p.d ? to_float(k[j * p.ks[2] + c]) : 0.0f;
+      }
+      for (int64_t c = lane; c < p.dv; c += 32) {
+        v_s[row * p.dv + c] = in ? to_float(v[j * p.vs[2] + c]) : 0.0f;
+      }
+    }
+    __syncthreads();
+
+    const int64_t j = j0 + lane;
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.0f;
+    const float4* kr = reinterpret_cast<const float4*>(k_s + lane * kpitch);
+    for (int64_t c = 0; c < dp / 4; ++c) {
+      const float4 kv4 = kr[c];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float4 q4 = reinterpret_cast<const float4*>(q_s + (warp * R + r) * dp)[c];
+        s[r] = fmaf(q4.x, kv4.x, fmaf(q4.y, kv4.y, fmaf(q4.z, kv4.z, fmaf(q4.w, kv4.w, s[r]))));
+      }
+    }
+    float* pw = p_s + warp * R * kKeys;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t i = i0 + warp * R + r;
+      bool keep = j < p.seq_kv && i < p.seq_q && !(p.causal && j > i);
+      if (keep && p.mask_kind != MaskKind::kNone) {
+        const int64_t at = mask_base + i * p.ms[2] + j * p.ms[3];
+        if (p.mask_kind == MaskKind::kBool) {
+          keep = static_cast<const uint8_t*>(p.mask)[at] != 0;
+        } else {
+          s[r] += to_float(static_cast<const T*>(p.mask)[at]);
+        }
+      }
+      const float score = keep ? s[r] : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_reduce(score, Max{}));
+      // Nothing seen yet (every score so far -inf): keep the zero state as it is.
+      const float alpha = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
+      const float e = m_new == -INFINITY ? 0.0f : expf(score - m_new);
+      m[r] = m_new;
+      l[r] = l[r] * alpha + e;
+#pragma unroll
+      for (int t = 0; t < kMaxCols; ++t) acc[r][t] *= alpha;
+      pw[r * kKeys + lane] = e;
+    }
+    __syncwarp();
+    const int64_t keys = p.seq_kv - j0 < kKeys ? p.seq_kv - j0 : kKeys;
+    for (int jj = 0; jj < keys; ++jj) {
+      const float* vr = v_s + jj * p.dv;
+#pragma unroll
+      for (int t = 0; t < kMaxCols; ++t) {
+        const int64_t c = lane + 32 * t;
+        if (t < cols && c < p.dv) {
+          const float vv = vr[c];
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][t] = fmaf(pw[r * kKeys + jj], vv, acc[r][t]);
+        }
+      }
+    }
+    __syncwarp();
+  }
+
+  T* out = static_cast<T*>(p.out) + (b * p.heads_q + h) * p.seq_q * p.dv;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t i = i0 + warp * R + r;
+    const float total = warp_reduce(l[r], Sum{});
+    if (i >= p.seq_q) continue;
+    const float inv = total == 0.0f ? 0.0f : 1.0f / total;  // every key masked out: 0
+#pragma unroll
+    for (int t = 0; t < kMaxCols; ++t) {
+      const int64_t c = lane + 32 * t;
+      if (t < cols && c < p.dv) out[i * p.dv + c] = from_float<T>(acc[r][t] * inv);
+    }
+  }
+}
+
+template <typename T, int R>
+Error launch(const Params& p, int64_t batch, cudaStream_t stream) {
+  const int64_t tiles = (p.seq_q + kWarps * R - 1) / (kWarps * R);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(batch * p.heads_q));
+  const size_t bytes = smem_floats(R, p.d, p.dv) * sizeof(float);
+  attention_kernel<T, R><<<grid, kThreads, bytes, stream>>>(p);
+  return Error::Ok;
+}
+
+// Raises the kernel's dynamic shared memory limit past the default 48 KiB when this shape needs it.
+template <typename T, int R>
+Error allow_smem(size_t bytes, size_t op) {
+  if (bytes <= 48 * 1024) return Error::Ok;
+  return cuda_status(cudaFuncSetAttribute(attention_kernel<T, R>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)),
+                     Error::NotSupported,
+                     "Kiln engine: op %zu (attention): cudaFuncSetAttribute(%zu bytes of shared "
+                     "memory)",
+                     op, bytes);
+}
+
+class AttentionStep final : public Step {
+ public:
+  AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r)
+      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.batch == 0 || a_.seq_q == 0) return Error::Ok;
+    Params p = p_;
+    p.q = ctx.ptr(a_.q);
+    p.k = ctx.ptr(a_.k);
+    p.v = ctx.ptr(a_.v);
+    p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
+    p.out = ctx.ptr(a_.out);
+    const int r = queries_per_warp(ctx.max_blocks);
+    Error e = Error::Ok;
+    visit_floating(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      e = r == 1 ? launch<T, 1>(p, a_.batch, ctx.stream)
+          : r == 2 ? launch<T, 2>(p, a_.batch, ctx.stream)
+                   : launch<T, 4>(p, a_.batch, ctx.stream);
+    });
+    return e;
+  }
+
+  /// The largest R (queries per warp) that still gives about two CTAs per SM (max_blocks is
+  /// 8 per SM), else 1.
+  int queries_per_warp(int max_blocks) const {
+    if (forced_r_ != 0) return forced_r_;
+    const int64_t heads = a_.batch * a_.heads_q;
+    for (int r : {4, 2}) {
+      const int64_t ctas = heads * ((a_.seq_q + kWarps * r - 1) / (kWarps * r));
+      if (ctas * 4 >= max_blocks) return r;
+    }
+    return 1;
+  }
+
+ private:
+  AttentionArgs a_;
+  Params p_;
+  blob::DType dtype_;
+  int forced_r_;  // 0: chosen per launch
+};
+
+// KILN_ATTENTION_QUERIES: queries per CTA (4, 8 or 16) -> R, or 0 (unset: automatic).
+Result<int> forced_queries_per_warp(size_t op) {
+  const char* env = std::getenv("KILN_ATTENTION_QUERIES");
+  if (env == nullptr || env[0] == '\0') return 0;
+  for (int r : kQueriesPerWarp) {
+    if (std::strcmp(env, std::to_string(kWarps * r).c_str()) == 0) return r;
+  }
+  return fail(nullptr, Error::InvalidArgument,
+              "Kiln engine: op %zu (attention): KILN_ATTENTION_QUERIES=%s; use 4, 8 or 16", op,
+              env);
+}
+
+}  // namespace
+
+StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
+  if (a.head_dim > kMaxAttentionHeadDim || a.head_dim_v > kMaxAttentionHeadDim) {
+    return fail(nullptr, Error::NotSupported,
+                "Kiln engine: op %zu (attention): head_dim %lld / head_dim_v %lld; the kernel "
+                "takes at most %lld",
+                ctx.op_index, static_cast<long long>(a.head_dim),
+                static_cast<long long>(a.head_dim_v),
+                static_cast<long long>(kMaxAttentionHeadDim));
+  }
+  const Graph& g = ctx.graph;
+  const blob::DType dtype = g.tensors[a.q].dtype;
+  Params p{};
+  p.mask_kind = a.mask == kNoTensor                               ? MaskKind::kNone
+                : g.tensors[a.mask].dtype == blob::DType::kBool ? MaskKind::kBool
+                                                                  : MaskKind::kAdditive;
+  p.heads_q = a.heads_q;
+  p.group = a.heads_q / a.heads_kv;
+  p.seq_q = a.seq_q;
+  p.seq_kv = a.seq_kv;
+  p.d = a.head_dim;
+  p.q_offset = a.q_offset;
+  p.k_offset = a.k_offset;
+  p.v_offset = a.v_offset;
+  p.dv = a.head_dim_v;
+  const int64_t qs[3] = {a.q_stride_b, a.q_stride_h, a.q_stride_s};
+  const int64_t ks[3] = {a.k_stride_b, a.k_stride_h, a.k_stride_s};
+  const int64_t vs[3] = {a.v_stride_b, a.v_stride_h, a.v_stride_s};
+  const int64_t ms[4] = {a.mask_stride_b, a.mask_stride_h, a.mask_stride_q, a.mask_stride_k};
+  for (int i = 0; i < 3; ++i) {
+    p.qs[i] = qs[i];
+    p.ks[i] = ks[i];
+    p.vs[i] = vs[i];
+  }
+  for (int i = 0; i < 4; ++i) p.ms[i] = ms[i];
+  p.causal = a.causal;
+  p.scale = static_cast<float>(a.scale);
+  // Query tiles along x (up to 2^31 - 1), batch * heads_q along y (up to 65535).
+  if ((a.seq_q + kWarps - 1) / kWarps > 0x7fffffffLL || a.batch * a.heads_q > 65535) {
+    return fail(nullptr, Error::NotSupported,
+                "Kiln engine: op %zu (attention): grid of %lld query tiles x %lld heads is too "
+                "large",
+                ctx.op_index, static_cast<long long>((a.seq_q + kWarps - 1) / kWarps),
+                static_cast<long long>(a.batch * a.heads_q));
+  }
+  Error e = Error::Ok;
+  visit_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int r : kQueriesPerWarp) {
+      const size_t bytes = smem_floats(r, a.head_dim, a.head_dim_v) * sizeof(float);
+      if (e != Error::Ok) break;
+      e = r == 1 ? allow_smem<T, 1>(bytes, ctx.op_index)
+          : r == 2 ? allow_smem<T, 2>(bytes, ctx.op_index)
+                   : allow_smem<T, 4>(bytes, ctx.op_index);
+    }
+  });
+  if (e != Error::Ok) return e;
+  const Result<int> forced = forced_queries_per_warp(ctx.op_index);
+  if (!forced.ok()) return forced.error();
+  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype, forced.get()));
+}
+
+}  // namespace kiln::engine::kernels

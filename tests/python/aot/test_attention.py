@@ -1,0 +1,148 @@
+"""aten.scaled_dot_product_attention as one kAttention op: kept whole through
+to_edge_transform_and_lower, q/k/v read in place through their strides, HF's repeat_kv read as
+grouped-query attention, constant masks folded, bf16, and the reasons explain() gives when Kiln
+refuses (the node then decomposes as before and the pieces still run on Kiln)."""
+
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kiln_executorch.aot import KilnPartitioner, lower
+from kiln_executorch.aot.blob_format import Opcode
+from kiln_executorch.aot.ops import attention
+from kiln_testing.blob_reader import read_blob
+from kiln_testing.reference import run_program
+
+from test_operators import Fn, randn  # noqa: E402  (beside this file; pytest puts it on the path)
+
+SDPA = torch.ops.aten.scaled_dot_product_attention.default
+
+
+def blobs(program):
+    return [read_blob(m.processed_bytes) for _, m in program.graph_module.named_children()
+            if hasattr(m, "processed_bytes")]
+
+
+def cpu_ops(program):
+    return [str(n.target) for n in program.graph.nodes if n.op == "call_function"
+            and n.target is not operator.getitem and "call_delegate" not in str(n.target)]
+
+
+def opcodes(graph):
+    return [op.opcode for op in graph.ops]
+
+
+class Heads(nn.Module):
+    """Projections viewed [B, S, H, D] and transposed, as every transformer block does."""
+
+    def __init__(self, width=64, heads=4, kv_heads=4, mask=None, causal=False):
+        super().__init__()
+        self.h, self.kvh, self.d = heads, kv_heads, width // heads
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, kv_heads * self.d)
+        self.v = nn.Linear(width, kv_heads * self.d)
+        self.mask, self.causal = mask, causal
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kvh, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kvh, self.d).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, is_causal=self.causal,
+                                           enable_gqa=self.kvh != self.h)
+        return y.transpose(1, 2).reshape(b, s, -1)
+
+
+def test_projections_are_read_in_place_without_copies():
+    module, x = Heads(kv_heads=2, causal=True).eval(), (randn(1, 12, 64),)
+    program = lower(module, x).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    assert opcodes(graph).count(Opcode.ATTENTION) == 1
+    att = next(op for op in graph.ops if op.opcode == Opcode.ATTENTION)
+    assert (att.operands["heads_q"], att.operands["heads_kv"], att.operands["causal"]) == (4, 2, 1)
+    # q read from the [1, 12, 4, 16] projection output: heads 16 apart, positions 64 apart.
+    assert (att.operands["q_stride_h"], att.operands["q_stride_s"]) == (16, 64)
+    assert (att.operands["k_stride_h"], att.operands["k_stride_s"]) == (16, 32)
+    # Only the output's transpose back to [B, S, H * D] is a copy.
+    assert opcodes(graph).count(Opcode.COPY) == 1, opcodes(graph)
+    (actual,) = run_program(program, x)
+    torch.testing.assert_close(actual, module(*x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("precision, tol", [("fp32", 1e-5), ("bf16", 3e-2), ("fp16", 5e-3)])
+def test_precisions(precision, tol):
+    mask = torch.zeros(1, 1, 12, 12)
+    mask[..., 3] = -2.0
+    module, x = Heads(mask=mask).eval(), (randn(2, 12, 64),)
+    program = lower(module, x, precision=precision).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    assert Opcode.ATTENTION in opcodes(graph)
+    (actual,) = run_program(program, x, compute_dtype=torch.float32)
+    with torch.no_grad():
+        expected = module(*x)
+    assert float((actual - expected).abs().max()) <= tol * float(expected.abs().max())
+
+
+def test_hf_repeat_kv_and_a_constant_causal_mask_fold_into_flags():
+    def fn(m, q, k, v):
+        k, v = (t[:, :, None].expand(1, 2, 4, 9, 16).reshape(1, 8, 9, 16) for t in (k, v))
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m.mask)
+    module = Fn(fn).eval()
+    module.register_buffer("mask", torch.full((9, 9), -1e9).triu(1)[None, None])
+    inputs = (randn(1, 8, 9, 16), randn(1, 2, 9, 16), randn(1, 2, 9, 16))
+    program = lower(module, inputs).exported_program()
+    (graph,) = blobs(program)
+    assert opcodes(graph) == [Opcode.ATTENTION]
+    att = graph.ops[0].operands
+    assert (att["heads_kv"], att["causal"], att["mask"]) == (2, 1, -1)
+    (actual,) = run_program(program, inputs)
+    torch.testing.assert_close(actual, module(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_refused_attention_decomposes_and_says_why():
+    module = Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5))
+    inputs = (randn(1, 2, 4, 8),) * 3
+    ep = torch.export.export(module, inputs)
+    nodes = [n for n in ep.graph.nodes if n.target == SDPA]
+    assert len(nodes) == 1 and "dropout_p=0.5" in attention.check(nodes[0])
+    assert KilnPartitioner().ops_to_not_decompose(ep) == ([], None)
+    wide = Fn(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v))
+    ep = torch.export.export(wide, (randn(1, 2, 3, 300),) * 3)
+    node = next(n for n in ep.graph.nodes if n.target == SDPA)
+    assert "head_dim 300 / 300" in attention.check(node)
+    program = lower(wide, (randn(1, 2, 3, 300),) * 3).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    assert Opcode.ATTENTION not in opcodes(graph) and Opcode.SOFTMAX in opcodes(graph)
+
+
+def test_excluded_attention_is_not_kept_whole():
+    ep = torch.export.export(Heads().eval(), (randn(1, 12, 64),))
+    assert KilnPartitioner().ops_to_not_decompose(ep) == ([SDPA], None)
+    assert KilnPartitioner(exclude_ops=[SDPA]).ops_to_not_decompose(ep) == ([], None)
+    program = lower(Heads().eval(), (randn(1, 12, 64),), exclude_ops=[SDPA]).exported_program()
+    (graph,) = blobs(program)
+    assert Opcode.ATTENTION not in opcodes(graph) and Opcode.SOFTMAX in opcodes(graph)
+
+
+def test_packed_qkv_thirds_are_read_in_place():
+    # nn.MultiheadAttention (as torchvision's ViT uses it) splits one packed in-projection into
+    # q, k and v with selects and permutes: each is read at its offset, none is copied.
+    mha = nn.MultiheadAttention(32, 2).eval()
+    module = Fn(lambda m, x: m.mha(x, x, x, need_weights=False)[0], mha=mha)
+    x = (randn(5, 1, 32),)
+    program = lower(module, x).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    att = next(op.operands for op in graph.ops if op.opcode == Opcode.ATTENTION)
+    assert (att["q_offset"], att["k_offset"], att["v_offset"]) == (0, 32, 64)
+    assert (att["q_stride_h"], att["q_stride_s"]) == (16, 96)
+    assert opcodes(graph).count(Opcode.COPY) <= 1, opcodes(graph)
+    (actual,) = run_program(program, x)
+    with torch.no_grad():
+        torch.testing.assert_close(actual, module(*x), atol=1e-5, rtol=1e-5)
