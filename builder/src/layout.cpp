@@ -156,11 +156,13 @@ class Layout {
     }
     g_.ops = std::move(result);
     // Views of another shape, and delegate outputs, see the NCHW copy.
-    for (Tensor& t : g_.tensors) {
-      if (t.alias_of == kNoTensor) continue;
-      const int64_t root = g_.root(t.id);
-      if (nhwc_.count(root) && t.shape != g_.tensors[size_t(root)].shape) {
-        t.alias_of = nchw(root);
+    const size_t count = g_.tensors.size();   // nchw() adds tensors: index, never iterate
+    for (size_t i = 0; i < count; ++i) {
+      if (g_.tensors[i].alias_of == kNoTensor) continue;
+      const int64_t root = g_.root(int64_t(i));
+      if (nhwc_.count(root) && g_.tensors[i].shape != g_.tensors[size_t(root)].shape) {
+        const int64_t copy = nchw(root);
+        g_.tensors[i].alias_of = copy;
       }
     }
     for (int64_t& out : g_.outputs) {
@@ -168,6 +170,7 @@ class Layout {
     }
     // (An output's NCHW copy is made by nchw() above after the op list was assembled: place it.)
     place_late_copies();
+    merge_entry_casts();
   }
 
  private:
@@ -338,6 +341,43 @@ class Layout {
       g_.ops.insert(g_.ops.begin() + std::ptrdiff_t(at),
                     layout_copy(t, copy, nhwc_strides(t.shape), nchw_strides(t.shape)));
       emitted_.insert(root);
+    }
+  }
+
+  // A layout copy into NHWC whose source is only a flat dense cast copy of another tensor (the
+  // bf16 / fp16 cast of a delegate input) reads that tensor instead: one copy casts and permutes
+  // (with the same rounding), and the cast goes away.
+  void merge_entry_casts() {
+    for (const auto& [src, copy] : nhwc_copy_) {
+      (void)copy;
+      const int64_t t = src;
+      if (g_.tensors[size_t(t)].alias_of != kNoTensor || g_.tensors[size_t(t)].shape.size() != 4) {
+        continue;
+      }
+      const std::vector<const Op*> rs = readers(g_, t);
+      if (rs.size() != 1 || std::find(g_.outputs.begin(), g_.outputs.end(), t) != g_.outputs.end()) {
+        continue;
+      }
+      size_t writer = g_.ops.size();
+      size_t writers = 0;
+      for (size_t i = 0; i < g_.ops.size(); ++i) {
+        if (g_.root(g_.ops[i].out()) == t) writer = i, ++writers;
+      }
+      if (writers != 1) continue;
+      const Op& a = g_.ops[writer];
+      const int64_t n = g_.tensors[size_t(t)].numel();
+      if (a.opcode != blob::Opcode::kCopy || a.out() != t || a.at("rank") != 1 ||
+          a.list("sizes") != std::vector<int64_t>{n} || a.at("in_offset") != 0 ||
+          a.list("in_strides") != std::vector<int64_t>{1} || a.at("out_offset") != 0 ||
+          a.list("out_strides") != std::vector<int64_t>{1} ||
+          g_.tensors[size_t(a.at("x"))].numel() != n) {
+        continue;
+      }
+      const int64_t source = a.at("x");
+      for (Op& op : g_.ops) {
+        if (&op != &a && op.opcode == blob::Opcode::kCopy && op.at("x") == t) op.at("x") = source;
+      }
+      g_.ops.erase(g_.ops.begin() + std::ptrdiff_t(writer));
     }
   }
 

@@ -190,10 +190,11 @@ class KilnPartitioner(Partitioner):
         self.device_resident = bool(device_resident)
         self.exclude_ops = operator_overloads(exclude_ops)
         self.layout = layout
-        self.delegation_spec = DelegationSpec(
-            KilnBackend.__name__, [CompileSpec(PRECISION_SPEC, precision.encode()),
-                                   CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0"),
-                                   CompileSpec(LAYOUT_SPEC, layout.encode())])
+        specs = [CompileSpec(PRECISION_SPEC, precision.encode()),
+                 CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")]
+        if layout != LAYOUTS[0]:   # the default travels as no spec: programs stay as they were
+            specs.append(CompileSpec(LAYOUT_SPEC, layout.encode()))
+        self.delegation_spec = DelegationSpec(KilnBackend.__name__, specs)
 
     @staticmethod
     def executorch_config(device_resident=False, **kwargs):
