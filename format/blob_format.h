@@ -38,7 +38,9 @@
 namespace kiln::engine::blob {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
-inline constexpr uint32_t kFormatVersion = 3;  // 2: kMatmul's residual operand; 3: kLayerNorm's rms
+inline constexpr uint32_t kFormatVersion = 3;  // 2: kMatmul's residual; 3: kConv2d's epilogue,
+                                               // residual and layout, kPool2d's layout,
+                                               // kLayerNorm's rms
 inline constexpr uint32_t kHeaderSize = 128;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kWeightAlignment = 64;

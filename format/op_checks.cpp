@@ -155,6 +155,12 @@ void check(OpDecoder& d, const Conv2dArgs& a) {
   d.require_same_dtype(a.weight, "weight", a.x, "x");
   d.require_same_dtype(a.out, "out", a.x, "x");
   d.require_floating(a.bias, "bias");
+  if (a.residual != kNoTensor) {
+    d.require_same_dtype(a.residual, "residual", a.out, "out");
+    d.require_numel(a.residual, "residual",
+                    d.product("N * C_out * H_out * W_out", {a.n, a.c_out, a.h_out, a.w_out}),
+                    "N * C_out * H_out * W_out");
+  }
   table_checks(d, a);
 }
 

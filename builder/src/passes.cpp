@@ -1,4 +1,4 @@
-// The small structural passes: dead ops, matmul epilogues, output binding, compaction.
+// The small structural passes: dead ops, matmul and conv epilogues, output binding, compaction.
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -47,7 +47,7 @@ void eliminate_dead_ops(Graph& g) {
 
 namespace {
 
-// The one op that reads matmul `mm`'s result, or nullptr when the result is a delegate output or
+// The one op that reads `mm`'s result, or nullptr when the result is a delegate output or
 // has no reader or several: only then can an epilogue take that reader's place.
 const Op* sole_reader(const Graph& g, const Op& mm,
                       const std::unordered_set<int64_t>& output_roots) {
@@ -70,13 +70,15 @@ bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>
 
 namespace {
 
-// A kMatmul whose result only an add reads (y = mm + r, r of the same shape and dtype) takes r as
-// its residual: cuBLASLt adds it as C with beta 1. The fused op moves to the add's place, where r
-// exists; that is safe unless an op in between writes something the matmul reads (state).
-void fuse_matmul_residuals(Graph& g, const std::unordered_set<int64_t>& output_roots) {
+// An op with an epilogue (kMatmul, kConv2d) whose result only an add reads (y = op + r, r of the
+// same shape and dtype) takes r as its residual (cuBLASLt adds it as C with beta 1; the conv's
+// epilogue adds it in fp32). The fused op moves to the add's place, where r exists; that is safe
+// unless an op in between writes something the op reads (state).
+void fuse_residuals(Graph& g, blob::Opcode opcode,
+                    const std::unordered_set<int64_t>& output_roots) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op& mm = g.ops[i];
-    if (mm.opcode != blob::Opcode::kMatmul || mm.at("epilogue") != int64_t(blob::Epilogue::kNone) ||
+    if (mm.opcode != opcode || mm.at("epilogue") != int64_t(blob::Epilogue::kNone) ||
         mm.at("residual") != kNoTensor) {
       continue;
     }
@@ -112,27 +114,44 @@ void fuse_matmul_residuals(Graph& g, const std::unordered_set<int64_t>& output_r
   }
 }
 
-}  // namespace
+// The epilogue a kMatmul runs for kUnary `act`, or kNone.
+blob::Epilogue matmul_activation(const Op& act) {
+  switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
+    case blob::UnaryKind::kRelu: return blob::Epilogue::kRelu;
+    case blob::UnaryKind::kGeluErf: return blob::Epilogue::kGeluErf;
+    case blob::UnaryKind::kGeluTanh: return blob::Epilogue::kGeluTanh;
+    default: return blob::Epilogue::kNone;
+  }
+}
 
-void fuse_matmul_epilogues(Graph& g) {
-  std::unordered_set<int64_t> output_roots;
-  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
-  fuse_matmul_residuals(g, output_roots);
+// The epilogue a kConv2d runs for kUnary `act` (the conv nets' activations too: relu6 as
+// hardtanh(0, 6) or clamp(0, 6), silu, hardswish), or kNone.
+blob::Epilogue conv_activation(const Op& act) {
+  switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
+    case blob::UnaryKind::kClamp:
+      return act.real("p0") == 0.0 && act.real("p1") == 6.0 ? blob::Epilogue::kRelu6
+                                                             : blob::Epilogue::kNone;
+    case blob::UnaryKind::kSilu: return blob::Epilogue::kSilu;
+    case blob::UnaryKind::kHardswish: return blob::Epilogue::kHardswish;
+    default: return matmul_activation(act);
+  }
+}
+
+// An op of `opcode` followed by an activation `activation` maps to a kind as the only reader of
+// its result: the activation runs in the op's epilogue and its result becomes a view of the
+// op's.
+void fuse_activations(Graph& g, blob::Opcode opcode, blob::Epilogue (*activation)(const Op&),
+                      const std::unordered_set<int64_t>& output_roots) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op& op = g.ops[i];
-    if (op.opcode != blob::Opcode::kMatmul || op.at("epilogue") != int64_t(blob::Epilogue::kNone)) {
+    if (op.opcode != opcode || op.at("epilogue") != int64_t(blob::Epilogue::kNone)) {
       continue;
     }
     const int64_t root = g.root(op.out());
     const Op* act = sole_reader(g, op, output_roots);
     if (act == nullptr || act->opcode != blob::Opcode::kUnary) continue;
-    blob::Epilogue epilogue;
-    switch (static_cast<blob::UnaryKind>(act->at("kind"))) {
-      case blob::UnaryKind::kRelu: epilogue = blob::Epilogue::kRelu; break;
-      case blob::UnaryKind::kGeluErf: epilogue = blob::Epilogue::kGeluErf; break;
-      case blob::UnaryKind::kGeluTanh: epilogue = blob::Epilogue::kGeluTanh; break;
-      default: continue;
-    }
+    const blob::Epilogue epilogue = activation(*act);
+    if (epilogue == blob::Epilogue::kNone) continue;
     if (g.tensors[size_t(act->out())].dtype != g.tensors[size_t(root)].dtype) continue;
     op.at("epilogue") = int64_t(epilogue);
     g.tensors[size_t(act->out())].alias_of = root;
@@ -140,6 +159,22 @@ void fuse_matmul_epilogues(Graph& g) {
     g.ops.erase(g.ops.begin() + std::ptrdiff_t(j));
     if (j < i) --i;
   }
+}
+
+}  // namespace
+
+void fuse_matmul_epilogues(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  fuse_residuals(g, blob::Opcode::kMatmul, output_roots);
+  fuse_activations(g, blob::Opcode::kMatmul, matmul_activation, output_roots);
+}
+
+void fuse_conv_epilogues(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  fuse_residuals(g, blob::Opcode::kConv2d, output_roots);
+  fuse_activations(g, blob::Opcode::kConv2d, conv_activation, output_roots);
 }
 
 void bind_outputs(Graph& g) {

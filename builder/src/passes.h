@@ -26,12 +26,21 @@ bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>
 /// its result becomes a view of the matmul's.
 void fuse_matmul_epilogues(Graph& g);
 
+/// The same for kConv2d (whose bias the lowering keeps in it): a following same-shaped residual
+/// add, then relu / relu6 (clamp(0, 6)) / silu / hardswish / gelu as the only reader of the
+/// result, run in the convolution's epilogue.
+void fuse_conv_epilogues(Graph& g);
+
 /// fp16/bf16: float32 tensors other than the delegate's inputs become the low dtype (weights and
 /// state initial values converted), float32 inputs are cast on entry and outputs on exit; fp32
 /// outputs written directly by one elementwise op stay float32, and so do the operand and result
 /// of a float32-only op (erfinv, as torch.autocast runs it) where their writers can write
 /// float32 (ops taking one dtype then read a low-precision copy). fp32/tf32: nothing.
 void convert_precision(Graph& g);
+
+/// Graphs with a kConv2d: activations NHWC between convolutions and pools, conv weights KRSC,
+/// one layout copy where an op needs the other layout (layout.cpp says which ops follow NHWC).
+void convert_to_channels_last(Graph& g);
 
 /// Chains of kUnary / kBinary / kWhere in fp32 math become kFusedElementwise ops.
 void fuse_elementwise(Graph& g);

@@ -127,7 +127,8 @@ def read_variant_set(data: bytes):
     return variants, weights
 
 
-def build_graph(edge_program, precision=bf.Precision.FP32, fuse=True) -> Graph:
+def build_graph(edge_program, precision=bf.Precision.FP32, fuse=True,
+                layout="channels_last") -> Graph:
     """The blob backend.build_blob builds for one partition, read back as IR: planned, with views
     as records over their root's storage and offset (alias_of and names are not kept)."""
-    return read_blob(build_blob(edge_program, precision, fuse))
+    return read_blob(build_blob(edge_program, precision, fuse, layout))

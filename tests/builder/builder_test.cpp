@@ -18,16 +18,6 @@ using namespace kiln::builder::testing;
 using K = blob::BinaryKind;
 using U = blob::UnaryKind;
 
-// The passes after fusion, then the blob written and read back by the runtime's reader.
-void finish_and_read_back(Graph& g) {
-  bind_outputs(g);
-  compact(g);
-  plan_memory(g);
-  std::vector<uint8_t> bytes = write_blob(g);
-  std::string why;
-  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
-}
-
 // Each arena root's [first writer, last reader] in op order, recomputed here independently.
 std::unordered_map<int64_t, std::pair<size_t, size_t>> lifetimes(const Graph& g) {
   std::unordered_map<int64_t, std::pair<size_t, size_t>> life;

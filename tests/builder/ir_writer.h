@@ -1,11 +1,17 @@
 // Serialises a builder Graph into the KILNIR interchange format (kiln/builder.h), the way the
-// Python binding does, so the tests can feed the C API.
+// Python binding does, so the tests can feed the C API; plus small graph-building helpers.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "builder/src/blob_writer.h"
 #include "builder/src/ir.h"
+#include "builder/src/passes.h"
+#include "format/blob_reader.h"
 #include "kiln/builder.h"
 
 namespace kiln::builder::testing {
@@ -88,6 +94,16 @@ inline Op unary(blob::UnaryKind kind, int64_t x, int64_t out) {
 inline Op binary(blob::BinaryKind kind, int64_t a, int64_t b, int64_t out, int64_t n) {
   return make_op(blob::Opcode::kBinary, {{int64_t(kind)}, {a}, {b}, {out}, {double_bits(1.0)},
                                          {double_bits(0.0)}, {1}, {n}, {1}, {1}});
+}
+
+// The passes after fusion, then the blob written and read back by the runtime's reader.
+inline void finish_and_read_back(Graph& g) {
+  bind_outputs(g);
+  compact(g);
+  plan_memory(g);
+  std::vector<uint8_t> bytes = write_blob(g);
+  std::string why;
+  EXPECT_TRUE(kiln::engine::read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
 }
 
 }  // namespace kiln::builder::testing

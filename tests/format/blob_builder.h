@@ -223,6 +223,9 @@ class BlobBuilder {
     int64_t x, weight, bias = -1, out;
     int64_t n, c_in, h, w, c_out, kh, kw;
     int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
+    blob::Epilogue epilogue = blob::Epilogue::kNone;
+    int64_t residual = -1;
+    bool channels_last = false;
     int64_t h_out() const { return (h + 2 * pad_h - dil_h * (kh - 1) - 1) / stride_h + 1; }
     int64_t w_out() const { return (w + 2 * pad_w - dil_w * (kw - 1) - 1) / stride_w + 1; }
   };
@@ -231,7 +234,8 @@ class BlobBuilder {
     op(blob::Opcode::kConv2d,
        {c.x,     c.weight, c.bias,  c.out,    c.n,        c.c_in,     c.h,
         c.w,     c.c_out,  c.kh,    c.kw,     c.stride_h, c.stride_w, c.pad_h,
-        c.pad_w, c.dil_h,  c.dil_w, c.groups, c.h_out(),  c.w_out()});
+        c.pad_w, c.dil_h,  c.dil_w, c.groups, c.h_out(),  c.w_out(),
+        static_cast<int64_t>(c.epilogue), c.residual, c.channels_last});
   }
 
   struct Pool2d {
@@ -241,6 +245,7 @@ class BlobBuilder {
     int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
     bool ceil_mode = false;
     bool count_include_pad = true;
+    bool channels_last = false;
     // PyTorch's pooling output size, with ceil_mode folded in.
     static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil) {
       const int64_t span = in + 2 * p - d * (k - 1) - 1;
@@ -255,7 +260,8 @@ class BlobBuilder {
   void pool2d(const Pool2d& p) {
     op(blob::Opcode::kPool2d,
        {static_cast<int64_t>(p.kind), p.x, p.out, p.n, p.c, p.h, p.w, p.kh, p.kw, p.stride_h,
-        p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.h_out(), p.w_out(), p.count_include_pad});
+        p.stride_w, p.pad_h, p.pad_w, p.dil_h, p.dil_w, p.h_out(), p.w_out(), p.count_include_pad,
+        p.channels_last});
   }
 
   /// kAttention. Strides default to contiguous [B, H, S, D] q/k/v (set() fills them) and a

@@ -261,10 +261,10 @@ def handmade_valid() -> dict[str, bytes]:
     out = _io(g, f32, (1, 4, 2, 2), OUT, 0)
     g.add_op(bf.Opcode.CONV2D, x=x, weight=wt, bias=-1, out=y, N=1, C_in=4, H=5, W=5, C_out=4,
              kH=3, kW=3, stride_h=2, stride_w=2, pad_h=2, pad_w=2, dil_h=2, dil_w=2, groups=2,
-             H_out=3, W_out=3)
+             H_out=3, W_out=3, epilogue=bf.Epilogue.RELU6, residual=-1, channels_last=1)
     g.add_op(bf.Opcode.POOL2D, kind=bf.PoolKind.MAX, x=y, out=out, N=1, C=4, H=3, W=3, kH=2,
              kW=2, stride_h=2, stride_w=2, pad_h=0, pad_w=0, dil_h=1, dil_w=1, H_out=2, W_out=2,
-             count_include_pad=0)
+             count_include_pad=0, channels_last=1)
     blobs["grouped_dilated_conv_then_ceil_max_pool"] = _plan(g)
 
     g = Graph()

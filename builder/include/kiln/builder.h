@@ -6,11 +6,13 @@
  *
  * Passes, in order (each selected by a KILN_BUILDER_PASS_* bit):
  *   dead-op elimination; RMSNorm chains (pow-mean-add-rsqrt-mul) into one kLayerNorm (rms);
- *   bias+activation epilogue fusion into kMatmul; precision conversion
- *   (fp16/bf16 graphs: float32 tensors other than delegate inputs become the low dtype, weights
- *   rounded to nearest even as torch's Tensor.to() does, casts at the delegate's float inputs and
- *   outputs); elementwise-chain fusion into kFusedElementwise; binding of outputs to the runtime's
- *   output memory; compaction (unreferenced tensors dropped, ids renumbered); liveness-based
+ *   residual+activation epilogue fusion into kMatmul and kConv2d (their
+ *   bias is already in them); precision conversion (fp16/bf16 graphs: float32 tensors other than
+ *   delegate inputs become the low dtype, weights rounded to nearest even as torch's Tensor.to()
+ *   does, casts at the delegate's float inputs and outputs); channels-last layout (conv nets'
+ *   activations NHWC between convolutions and pools, conv weights KRSC, a layout copy only where
+ *   another op needs NCHW); elementwise-chain fusion into kFusedElementwise; binding of outputs
+ *   to the runtime's output memory; compaction (unreferenced tensors dropped, ids renumbered); liveness-based
  *   best-fit planning of the arena (256-byte aligned). With passes == 0 the IR is written as given
  *   (its arena offsets and arena_size are then used as they are).
  *
@@ -91,7 +93,8 @@ extern "C" {
 #define KILN_BUILDER_PASS_COMPACT (1u << 5)
 #define KILN_BUILDER_PASS_PLAN_MEMORY (1u << 6)
 #define KILN_BUILDER_PASS_FUSE_NORMS (1u << 7)
-#define KILN_BUILDER_PASSES_ALL 0xffu
+#define KILN_BUILDER_PASS_CHANNELS_LAST (1u << 8)
+#define KILN_BUILDER_PASSES_ALL 0x1ffu
 /* Skip the final check with the runtime's blob reader. Only for tools that write deliberately
  * malformed blobs (the reader's fuzz seeds); a blob for a program is always checked. */
 #define KILN_BUILDER_UNCHECKED (1u << 31)

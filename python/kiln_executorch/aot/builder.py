@@ -38,7 +38,8 @@ PASS_BIND_OUTPUTS = 1 << 4
 PASS_COMPACT = 1 << 5
 PASS_PLAN_MEMORY = 1 << 6
 PASS_FUSE_NORMS = 1 << 7
-PASSES_ALL = 0xFF
+PASS_CHANNELS_LAST = 1 << 8
+PASSES_ALL = 0x1FF
 WRITE_ONLY = 0                  # the IR is already planned: write it as it is
 UNCHECKED = 1 << 31             # skip the reader's check (deliberately malformed fuzz seeds only)
 

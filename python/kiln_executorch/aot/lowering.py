@@ -37,7 +37,6 @@ from .ops import OPS, SHAPE_ONLY
 from .ops.common import (KilnLoweringError, Value, aten_op, broadcast_strides, coalesce,
                          contiguous_strides, uniform, val)
 from .ops.common import dtype as _dtype, shape as _shape
-from .ops.spatial import split_conv_bias
 
 __all__ = ["KilnLoweringError", "Value", "lower_graph"]
 
@@ -96,7 +95,6 @@ class _Lowering:
                 self._lower(node)
             elif node.op == "output":
                 self._outputs(node.args[0], sig.output_specs, states)
-        split_conv_bias(self.g)
         return self.g
 
     def _outputs(self, values, specs, states):

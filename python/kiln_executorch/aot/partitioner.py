@@ -25,7 +25,8 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from .backend import PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC, KilnBackend
+from .backend import (LAYOUT_SPEC, LAYOUTS, PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC,
+                      KilnBackend)
 from .dynamic import is_sym_node, node_symbols, variant_count
 from .ops.attention import check as attention_check
 from .supported_ops import CONSTANT_ONLY, STATE_UPDATES, VIEWS, aten_op, check_node
@@ -168,22 +169,33 @@ class KilnPartitioner(Partitioner):
     that is no operator is a ValueError naming it. explain() on the instance gives the nodes
     they cover the reason supported_ops.EXCLUDED.
 
+    layout: "channels_last" (default: a conv net's activations stay NHWC between convolutions,
+    tensor-core friendly; converted only where another op reads them) or "nchw" (the layout the
+    graph has), carried to the builder as the "layout" compile spec.
+
     Every Kiln delegate declares its device (the "target_device" compile spec, "cuda:0"), so
     ExecuTorch puts et_copy::_h2d_copy / _d2h_copy at the delegate's boundaries unless the program
     is exported device-resident.
     """
 
-    def __init__(self, precision="fp32", device_resident=False, exclude_ops=None):
+    def __init__(self, precision="fp32", device_resident=False, exclude_ops=None,
+                 layout="channels_last"):
         if precision not in PRECISIONS:
             raise ValueError(f"KilnPartitioner precision={precision!r}; choose one of "
                              f"{', '.join(PRECISIONS)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"KilnPartitioner layout={layout!r}; choose one of "
+                             f"{', '.join(LAYOUTS)}")
         super().__init__()
         self.precision = precision
         self.device_resident = bool(device_resident)
         self.exclude_ops = operator_overloads(exclude_ops)
-        self.delegation_spec = DelegationSpec(
-            KilnBackend.__name__, [CompileSpec(PRECISION_SPEC, precision.encode()),
-                                   CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")])
+        self.layout = layout
+        specs = [CompileSpec(PRECISION_SPEC, precision.encode()),
+                 CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")]
+        if layout != LAYOUTS[0]:   # the default travels as no spec: programs stay as they were
+            specs.append(CompileSpec(LAYOUT_SPEC, layout.encode()))
+        self.delegation_spec = DelegationSpec(KilnBackend.__name__, specs)
 
     @staticmethod
     def executorch_config(device_resident=False, **kwargs):

@@ -37,34 +37,58 @@ def _matmul(m, a, b, bias, out, batch, M, N, K, trans_a, trans_b, a_batch_stride
     y = torch.stack(results) if results else torch.empty(0, dtype=m.fp)
     if residual >= 0:
         y = y + m.read(residual).to(m.fp).reshape(y.shape)
+    m.write(out, None, _activation(y, epilogue))
+
+
+def _activation(y, epilogue):
+    """An op's epilogue activation applied to its (fp32 / fp64) result."""
     epilogue = Epilogue(epilogue)
     if epilogue == Epilogue.RELU:
-        y = torch.relu(y)
-    elif epilogue == Epilogue.GELU_ERF:
-        y = F.gelu(y)
-    elif epilogue == Epilogue.GELU_TANH:
-        y = F.gelu(y, approximate="tanh")
-    m.write(out, None, y)
+        return torch.relu(y)
+    if epilogue == Epilogue.GELU_ERF:
+        return F.gelu(y)
+    if epilogue == Epilogue.GELU_TANH:
+        return F.gelu(y, approximate="tanh")
+    if epilogue == Epilogue.RELU6:
+        return torch.clamp(y, 0.0, 6.0)
+    if epilogue == Epilogue.SILU:
+        return F.silu(y)
+    if epilogue == Epilogue.HARDSWISH:
+        return F.hardswish(y)
+    return y
+
+
+def _image(m, tid, n, c, h, w, channels_last):
+    """Tensor `tid` as a logical [n, c, h, w] image stored NCHW, or NHWC when channels_last."""
+    v = m.read(tid).to(m.fp)
+    return v.reshape(n, h, w, c).permute(0, 3, 1, 2) if channels_last else v.reshape(n, c, h, w)
+
+
+def _write_image(m, out, y, channels_last):
+    m.write(out, None, y.permute(0, 2, 3, 1).contiguous() if channels_last else y)
 
 
 @semantics(Opcode.CONV2D)
 def _conv2d(m, x, weight, bias, out, N, C_in, H, W, C_out, kH, kW, stride_h, stride_w,
-            pad_h, pad_w, dil_h, dil_w, groups, H_out, W_out):
-    v = m.read(x).to(m.fp).reshape(N, C_in, H, W)
-    w = m.read(weight).to(m.fp).reshape(C_out, C_in // groups, kH, kW)
+            pad_h, pad_w, dil_h, dil_w, groups, H_out, W_out, epilogue, residual, channels_last):
+    v = _image(m, x, N, C_in, H, W, channels_last)
+    # channels_last: the weight is KRSC, [C_out, kH, kW, C_in / groups].
+    w = _image(m, weight, C_out, C_in // groups, kH, kW, channels_last)
     b = m.read(bias).to(m.fp) if bias >= 0 else None
     y = F.conv2d(v, w, b, (stride_h, stride_w), (pad_h, pad_w), (dil_h, dil_w), groups)
     if tuple(y.shape) != (N, C_out, H_out, W_out):
         raise BlobExecutionError(f"conv2d output is {list(y.shape)}, operands say "
                                  f"{[N, C_out, H_out, W_out]}")
-    m.write(out, None, y)
+    if residual >= 0:
+        y = y + _image(m, residual, N, C_out, H_out, W_out, channels_last)
+    _write_image(m, out, _activation(y, epilogue), channels_last)
 
 
 @semantics(Opcode.POOL2D)
 def _pool2d(m, kind, x, out, N, C, H, W, kH, kW, stride_h, stride_w, pad_h, pad_w, dil_h,
-            dil_w, H_out, W_out, count_include_pad):
+            dil_w, H_out, W_out, count_include_pad, channels_last):
     is_max = PoolKind(kind) == PoolKind.MAX
-    v = m.read(x).to(m.fp).reshape(N, C, H, W)
+    v = _image(m, x, N, C, H, W, channels_last)
     # Pad far enough that every window of every output position lies inside the buffer.
     extra_h = max(0, (H_out - 1) * stride_h + (kH - 1) * dil_h + 1 - (H + 2 * pad_h))
     extra_w = max(0, (W_out - 1) * stride_w + (kW - 1) * dil_w + 1 - (W + 2 * pad_w))
@@ -75,7 +99,7 @@ def _pool2d(m, kind, x, out, N, C, H, W, kH, kW, stride_h, stride_w, pad_h, pad_
     windows = torch.stack([v[:, :, (oh + i * dil_h)[:, None], (ow + j * dil_w)[None, :]]
                            for i in range(kH) for j in range(kW)])
     if is_max:
-        m.write(out, None, windows.amax(dim=0))
+        _write_image(m, out, windows.amax(dim=0), channels_last)
         return
     h0, w0 = oh - pad_h, ow - pad_w
     h1, w1 = torch.clamp(h0 + kH, max=H + pad_h), torch.clamp(w0 + kW, max=W + pad_w)
@@ -83,4 +107,4 @@ def _pool2d(m, kind, x, out, N, C, H, W, kH, kW, stride_h, stride_w, pad_h, pad_
         h0, w0 = h0.clamp(min=0), w0.clamp(min=0)
         h1, w1 = h1.clamp(max=H), w1.clamp(max=W)
     divisor = ((h1 - h0)[:, None] * (w1 - w0)[None, :]).to(m.fp)
-    m.write(out, None, windows.sum(dim=0) / divisor)
+    _write_image(m, out, windows.sum(dim=0) / divisor, channels_last)

@@ -234,6 +234,21 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(inner));
 }
 
+/// An op's epilogue activation (kMatmul's post pass, kConv2d's epilogue) on its fp32 result, with
+/// the arithmetic of the kUnary kinds it replaces (relu and relu6 keep NaN).
+__device__ __forceinline__ float apply_epilogue(float v, blob::Epilogue act) {
+  switch (act) {
+    case blob::Epilogue::kRelu: return v != v ? v : fmaxf(v, 0.0f);
+    case blob::Epilogue::kGeluErf: return gelu_erf(v);
+    case blob::Epilogue::kGeluTanh: return gelu_tanh(v);
+    case blob::Epilogue::kRelu6: return v != v ? v : fminf(fmaxf(v, 0.0f), 6.0f);
+    case blob::Epilogue::kSilu: return v / (1.0f + expf(-v));
+    case blob::Epilogue::kHardswish: return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case blob::Epilogue::kNone: break;
+  }
+  return v;
+}
+
 /// Row-wise kernels use a warp per row for short rows and a block per row for long ones.
 inline constexpr int64_t kWarpRowLimit = 1024;
 inline constexpr int kRowBlock = 512;

@@ -51,14 +51,23 @@ bool math_allowed(cudnnMathType_t math, DType dtype, bool strict_fp32) {
   return dtype != DType::kFloat32 || math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-// out[n, c, :, :] += bias[c]; `plane` is H_out * W_out.
+// The convolution's epilogue in one pass over out: out = act(out + bias[c] + residual), in fp32
+// and rounded once. Element i's channel is (i / plane) % channels in NCHW (`plane` is
+// H_out * W_out), i % channels in NHWC (plane 1). bias and residual may be null.
 template <typename T>
-__global__ void add_channel_bias_kernel(T* __restrict__ out, int64_t total, int64_t plane,
-                                        int64_t channels, const void* __restrict__ bias,
-                                        DType bias_dtype) {
+__global__ void conv_epilogue_kernel(T* __restrict__ out, int64_t total, int64_t plane,
+                                     int64_t channels, const void* __restrict__ bias,
+                                     DType bias_dtype, const T* __restrict__ residual,
+                                     blob::Epilogue act) {
   for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    const int64_t c = (i / plane) % channels;
-    out[i] = from_float<T>(to_float(out[i]) + static_cast<float>(load_f64(bias, bias_dtype, c)));
+    float v = to_float(out[i]);
+    if (bias != nullptr) {
+      v += static_cast<float>(load_f64(bias, bias_dtype, (i / plane) % channels));
+    }
+    if (residual != nullptr) {
+      v += to_float(residual[i]);
+    }
+    out[i] = from_float<T>(apply_epilogue(v, act));
   }
 }
 
@@ -77,7 +86,7 @@ class Conv2dStep final : public Step {
       return Error::Ok;
     }
     if (a_.c_in == 0 || a_.h * a_.w == 0) {
-      mode_ = Mode::kZeroInput;  // no input element reaches the output: it is just the bias
+      mode_ = Mode::kZeroInput;  // no input element reaches the output: it is just the epilogue of 0
       return Error::Ok;
     }
     for (int64_t v : {a_.n, a_.c_in, a_.h, a_.w, a_.c_out, a_.kh, a_.kw, a_.stride_h, a_.stride_w,
@@ -106,10 +115,12 @@ class Conv2dStep final : public Step {
     conv_desc_.reset(conv_desc);
 
     const auto i = [](int64_t v) { return static_cast<int>(v); };
-    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, type, i(a_.n),
-                                                     i(a_.c_in), i(a_.h), i(a_.w)),
+    // channels_last: x and out NHWC, the weight KRSC (cuDNN's NHWC filter format).
+    const cudnnTensorFormat_t format = a_.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(x_desc, format, type, i(a_.n), i(a_.c_in),
+                                                     i(a_.h), i(a_.w)),
                           op, "describing the input"));
-    KILN_TRY(cudnn_status(cudnnSetFilter4dDescriptor(w_desc, type, CUDNN_TENSOR_NCHW, i(a_.c_out),
+    KILN_TRY(cudnn_status(cudnnSetFilter4dDescriptor(w_desc, type, format, i(a_.c_out),
                                                      i(a_.c_in / a_.groups), i(a_.kh), i(a_.kw)),
                           op, "describing the weight"));
     KILN_TRY(cudnn_status(cudnnSetConvolution2dDescriptor(
@@ -137,7 +148,7 @@ class Conv2dStep final : public Step {
                   static_cast<long long>(a_.c_out), static_cast<long long>(a_.h_out),
                   static_cast<long long>(a_.w_out));
     }
-    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, type, i(a_.n),
+    KILN_TRY(cudnn_status(cudnnSetTensor4dDescriptor(y_desc, format, type, i(a_.n),
                                                      i(a_.c_out), i(a_.h_out), i(a_.w_out)),
                           op, "describing the output"));
     return choose_algorithm(ctx, math);
@@ -164,14 +175,16 @@ class Conv2dStep final : public Step {
                     ctx.op_index, cudnnGetErrorString(status));
       }
     }
-    if (a_.bias != kNoTensor) {
+    if (a_.bias != kNoTensor || a_.residual != kNoTensor || a_.epilogue != blob::Epilogue::kNone) {
       const int64_t total = a_.n * a_.c_out * a_.h_out * a_.w_out;
       const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
-      const void* bias = ctx.ptr(a_.bias);
+      const void* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias);
+      const int64_t plane = a_.channels_last ? 1 : a_.h_out * a_.w_out;
       visit_floating(dtype_, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        add_channel_bias_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
-            static_cast<T*>(y), total, a_.h_out * a_.w_out, a_.c_out, bias, bias_dtype_);
+        const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
+        conv_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+            static_cast<T*>(y), total, plane, a_.c_out, bias, bias_dtype_, residual, a_.epilogue);
       });
     }
     return Error::Ok;

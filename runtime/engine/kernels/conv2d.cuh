@@ -1,5 +1,6 @@
-// kConv2d: NCHW convolution through cuDNN (any stride, padding, dilation and groups, including
-// depthwise), plus a per-channel bias pass. The algorithm is chosen once at init: cuDNN's
+// kConv2d: NCHW or NHWC (channels_last, KRSC weight) convolution through cuDNN (any stride,
+// padding, dilation and groups, including depthwise), plus one epilogue pass (per-channel bias,
+// residual and activation together, fp32 math) when the op has any of them. The algorithm is chosen once at init: cuDNN's
 // heuristic choice, or with KILN_AUTOTUNE=1 the fastest candidate timed on the device under CUDA
 // graph replay (as the engine runs it), remembered in the persistent algorithm cache
 // (algo_cache.h) so later loads of the same blob on the same kind of device skip the timing.

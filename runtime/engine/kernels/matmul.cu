@@ -48,13 +48,7 @@ __global__ void matmul_epilogue_kernel(T* __restrict__ out, int64_t total, int64
       v += beta *
            static_cast<float>(load_f64(bias, bias_dtype, row * row_stride + col * col_stride));
     }
-    switch (act) {
-      case Epilogue::kRelu: v = v != v ? v : fmaxf(v, 0.0f); break;
-      case Epilogue::kGeluErf: v = gelu_erf(v); break;
-      case Epilogue::kGeluTanh: v = gelu_tanh(v); break;
-      case Epilogue::kNone: break;
-    }
-    out[i] = from_float<T>(v);
+    out[i] = from_float<T>(apply_epilogue(v, act));
   }
 }
 

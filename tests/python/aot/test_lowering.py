@@ -70,33 +70,37 @@ def fixture_graph(name, precision="fp32"):
 
 
 def test_batch_norm_folds_into_convolution():
-    """The folded scale goes into the convolution's weights; the folded shift becomes a
-    broadcast add after it, which fuses with the ReLU: still one kernel after each convolution."""
+    """The folded scale goes into the convolution's weights and the folded shift into its bias;
+    the ReLU runs in its epilogue: one op per convolution. Channels-last: the input is made NHWC
+    once, the weights are KRSC, the pool and the global average pool read NHWC."""
     g = fixture_graph("cnn_small")
-    assert opcodes(g) == [Opcode.CONV2D, Opcode.FUSED_ELEMENTWISE, Opcode.POOL2D, Opcode.CONV2D,
-                          Opcode.FUSED_ELEMENTWISE, Opcode.REDUCE, Opcode.MATMUL]
+    assert opcodes(g) == [Opcode.COPY, Opcode.CONV2D, Opcode.POOL2D, Opcode.CONV2D, Opcode.REDUCE,
+                          Opcode.MATMUL]
     m = FIXTURES["cnn_small"].module
     scale = m.bn.weight / torch.sqrt(m.bn.running_var + m.bn.eps)
-    conv, after = g.ops[0].operands, g.ops[1].operands
-    torch.testing.assert_close(g.tensors[conv["weight"]].data,
-                               m.conv1.weight * scale.reshape(-1, 1, 1, 1))
-    assert conv["bias"] == -1
-    assert conv["out"] in after["inputs"]
-    (bias,) = [t for t in after["inputs"] if g.tensors[t].storage == Storage.WEIGHT]
-    torch.testing.assert_close(g.tensors[bias].data,
+    conv = g.ops[1].operands
+    assert (conv["epilogue"], conv["channels_last"], conv["residual"]) == (Epilogue.RELU, 1, -1)
+    assert g.ops[2].operands["channels_last"] == 1
+    assert conv["x"] == g.ops[0].operands["out"]
+    krsc = (m.conv1.weight * scale.reshape(-1, 1, 1, 1)).permute(0, 2, 3, 1)
+    torch.testing.assert_close(g.tensors[conv["weight"]].data.reshape(krsc.shape), krsc)
+    torch.testing.assert_close(g.tensors[conv["bias"]].data,
                                (m.conv1.bias - m.bn.running_mean) * scale + m.bn.bias)
+    reduce = g.ops[4].operands
+    assert (reduce["outer"], reduce["reduce"], reduce["inner"]) == (1, 16 * 16, 32)
 
 
-def test_convolution_bias_is_an_add_after_it():
-    """Unfused, a convolution's own bias is a kBinary add broadcast over N, H and W."""
+def test_convolution_keeps_its_bias():
+    """A convolution's own bias stays in kConv2d (its epilogue adds it); with layout="nchw" the
+    convolution reads and writes NCHW as the graph does."""
     conv = torch.nn.Conv2d(3, 8, 3, padding=1)
     (ep, _), = partitions(conv.eval(), (torch.randn(2, 3, 6, 6),))
-    g = build_graph(ep, fuse=False)
-    assert opcodes(g) == [Opcode.CONV2D, Opcode.BINARY]
-    c, add = g.ops[0].operands, g.ops[1].operands
-    assert c["bias"] == -1 and add["a"] == c["out"] and add["kind"] == BinaryKind.ADD
-    assert torch.equal(g.tensors[add["b"]].data, conv.bias.detach())
-    assert add["sizes"] == [2, 8, 36] and add["b_strides"] == [0, 1, 0]
+    g = build_graph(ep, fuse=False, layout="nchw")
+    assert opcodes(g) == [Opcode.CONV2D]
+    c = g.ops[0].operands
+    assert c["channels_last"] == 0 and c["epilogue"] == Epilogue.NONE
+    assert torch.equal(g.tensors[c["bias"]].data, conv.bias.detach())
+    assert torch.equal(g.tensors[c["weight"]].data.reshape(8, 3, 3, 3), conv.weight.detach())
 
 
 def test_linear_reads_its_weight_in_place_and_fuses_relu():

@@ -238,6 +238,35 @@ CASES = {
     "sdpa_constant_zero_mask": (lambda m, q, k, v: F.scaled_dot_product_attention(
         q, k, v, attn_mask=torch.zeros(1, 1, 4, 6)),
         (randn(1, 2, 4, 8), randn(1, 2, 6, 8), randn(1, 2, 6, 8))),
+    # Conv nets: epilogues (bias, residual, activation) fused into kConv2d, and channels-last
+    # activations between convolutions (the builder's layout pass, the default).
+    "conv_bn_add_relu": (lambda m, x: torch.relu(m.bn2(m.conv2(torch.relu(m.bn1(m.conv1(x)))))
+                                                 + x), (randn(1, 8, 6, 6),),
+                         dict(conv1=nn.Conv2d(8, 8, 3, padding=1, bias=False), bn1=bn(8),
+                              conv2=nn.Conv2d(8, 8, 3, padding=1, bias=False), bn2=bn(8, 2))),
+    "conv_relu6": (lambda m, x: F.relu6(m.conv(x)), (x4d,), dict(conv=nn.Conv2d(4, 6, 3))),
+    "conv_silu": (lambda m, x: F.silu(m.bn(m.conv(x))), (x4d,),
+                  dict(conv=nn.Conv2d(4, 6, 3, padding=1), bn=bn(6))),
+    "conv_hardswish": (lambda m, x: F.hardswish(m.conv(x)), (x4d,),
+                       dict(conv=nn.Conv2d(4, 6, 1))),
+    "conv_depthwise": (lambda m, x: F.relu6(m.dw(F.relu6(m.pw(x)))), (x4d,),
+                       dict(pw=nn.Conv2d(4, 8, 1), dw=nn.Conv2d(8, 8, 3, stride=2, padding=1,
+                                                                groups=8))),
+    "conv_maxpool_conv": (lambda m, x: m.c2(F.max_pool2d(torch.relu(m.c1(x)), 3, 2, padding=1)),
+                          (x4d,), dict(c1=nn.Conv2d(4, 6, 3, padding=1),
+                                       c2=nn.Conv2d(6, 5, 3, padding=1))),
+    "conv_avgpool_conv": (lambda m, x: m.c2(F.avg_pool2d(m.c1(x), 2)), (x4d,),
+                          dict(c1=nn.Conv2d(4, 6, 3, padding=1), c2=nn.Conv2d(6, 5, 1))),
+    "conv_net_gap_linear": (lambda m, x: m.fc(torch.flatten(F.adaptive_avg_pool2d(
+        torch.relu(m.bn(m.conv(x))), 1), 1)), (x4d,),
+        dict(conv=nn.Conv2d(4, 8, 3, padding=1), bn=bn(8), fc=nn.Linear(8, 3))),
+    "conv_view_softmax": (lambda m, x: m.conv(x).flatten(1).softmax(-1), (x4d,),
+                          dict(conv=nn.Conv2d(4, 3, 3, padding=(0, 1)))),
+    "conv_cat_slice": (lambda m, x: torch.cat([m.conv(x), x[:, :2, 1:8]], 1)[:, 1:, ::2], (x4d,),
+                       dict(conv=nn.Conv2d(4, 3, 3, padding=(0, 1)))),
+    "conv_se_block": (lambda m, x: m.c2(m.c1(x) * torch.sigmoid(m.fc(F.adaptive_avg_pool2d(
+        m.c1(x), 1)))), (x4d,), dict(c1=nn.Conv2d(4, 6, 3, padding=1), fc=nn.Conv2d(6, 6, 1),
+                                     c2=nn.Conv2d(6, 4, 1))),
 }
 
 

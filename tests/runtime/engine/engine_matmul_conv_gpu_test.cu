@@ -1,7 +1,7 @@
 // The library-backed and windowed ops on a GPU against a float64 host reference
 // (engine_gpu_fixture.h says how): matmul through cuBLASLt (transposes, batches, bias, residual
 // and activation epilogues, autotuned algorithms), conv2d through cuDNN (and its persistent
-// algorithm cache) and pool2d.
+// algorithm cache) and pool2d (NCHW and NHWC).
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <gtest/gtest.h>
@@ -226,67 +226,8 @@ TEST_F(EngineGpu, MatmulWithEmptyInnerDimensionIsBiasOnly) {
 // ---------------------------------------------------------------------------------------------
 // Conv2d.
 
-struct ConvCase {
-  int64_t n, c_in, h, w, c_out, kh, kw;
-  int64_t stride = 1, pad_h = 0, pad_w = 0, dil = 1, groups = 1;
-  bool bias = true;
-};
-
-void run_conv(const ConvCase& cc, DType dtype, const std::string& name) {
-  OneOp c;
-  BlobBuilder::Conv2d conv;
-  conv.n = cc.n, conv.c_in = cc.c_in, conv.h = cc.h, conv.w = cc.w, conv.c_out = cc.c_out;
-  conv.kh = cc.kh, conv.kw = cc.kw, conv.stride_h = conv.stride_w = cc.stride;
-  conv.pad_h = cc.pad_h, conv.pad_w = cc.pad_w, conv.dil_h = conv.dil_w = cc.dil;
-  conv.groups = cc.groups;
-  const int64_t cig = cc.c_in / cc.groups, cog = cc.c_out / cc.groups;
-  const HostTensor x = random(dtype, {cc.n, cc.c_in, cc.h, cc.w}, -1.0, 1.0);
-  const HostTensor wt = random(dtype, {cc.c_out, cig, cc.kh, cc.kw}, -1.0, 1.0);
-  const HostTensor bias = random(dtype, {cc.c_out}, -1.0, 1.0);
-  conv.x = c.add_input(x);
-  const std::vector<uint8_t> w_bytes = wt.bytes(), b_bytes = bias.bytes();
-  conv.weight = c.b.weight(dtype, wt.sizes, w_bytes.data());
-  if (cc.bias) conv.bias = c.b.weight(dtype, bias.sizes, b_bytes.data());
-  const int64_t ho = conv.h_out(), wo = conv.w_out();
-  conv.out = c.b.output(dtype, {cc.n, cc.c_out, ho, wo});
-  c.b.conv2d(conv);
-  const auto runs = run_three_ways(c.b, c.inputs);
-  std::vector<double> want(static_cast<size_t>(cc.n * cc.c_out * ho * wo));
-  for_each_index({cc.n, cc.c_out, ho, wo}, [&](int64_t i, const Sizes& id) {
-    const int64_t g = id[1] / cog;
-    double acc = cc.bias ? bias.v[id[1]] : 0.0;
-    for (int64_t ci = 0; ci < cig; ++ci) {
-      for (int64_t ky = 0; ky < cc.kh; ++ky) {
-        for (int64_t kx = 0; kx < cc.kw; ++kx) {
-          const int64_t iy = id[2] * cc.stride - cc.pad_h + ky * cc.dil;
-          const int64_t ix = id[3] * cc.stride - cc.pad_w + kx * cc.dil;
-          if (iy < 0 || iy >= cc.h || ix < 0 || ix >= cc.w) continue;
-          acc += x.v[((id[0] * cc.c_in + g * cig + ci) * cc.h + iy) * cc.w + ix] *
-                 wt.v[((id[1] * cig + ci) * cc.kh + ky) * cc.kw + kx];
-        }
-      }
-    }
-    want[i] = acc;
-  });
-  expect_output(runs, 0, want, tol_for(dtype, std::sqrt(double(cig * cc.kh * cc.kw)) * 4), name);
-}
-
-TEST_F(EngineGpu, Conv2dStridedDilatedGroupedDepthwise) {
-  const std::pair<ConvCase, const char*> cases[] = {
-      {{1, 3, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, true}, "3x3 pad 1"},
-      {{2, 3, 11, 10, 5, 3, 3, 2, 1, 1, 1, 1, true}, "stride 2, N 2"},
-      {{1, 2, 12, 12, 3, 3, 3, 1, 2, 2, 2, 1, false}, "dilation 2"},
-      {{1, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 4, true}, "depthwise"},
-      {{1, 4, 7, 7, 6, 3, 3, 1, 0, 0, 1, 2, true}, "groups 2"},
-      {{1, 8, 5, 5, 3, 1, 1, 1, 0, 0, 1, 1, true}, "1x1"},
-      {{1, 2, 6, 7, 2, 3, 1, 1, 1, 0, 1, 1, true}, "3x1 kernel, pad (1, 0)"},
-  };
-  for (const auto& [cc, name] : cases) {
-    run_conv(cc, DType::kFloat32, std::string("f32 ") + name);
-  }
-  run_conv(cases[0].first, DType::kFloat16, "f16 3x3 pad 1");
-  run_conv(cases[3].first, DType::kBFloat16, "bf16 depthwise");
-}
+// The convolution cases (epilogues, layouts, groups, strides, dilation) are in
+// engine_conv_gpu_test; here the algorithm cache.
 
 // With KILN_AUTOTUNE=1 the fastest algorithm is timed once per blob and device kind, then read
 // from the persistent algorithm cache: a second load searches nothing and computes the same bytes;
@@ -350,37 +291,44 @@ TEST_F(EngineGpu, Conv2dAlgorithmsAreRememberedAcrossLoads) {
 // ---------------------------------------------------------------------------------------------
 // Pool2d.
 
+// p.channels_last: x and out NHWC in memory (the reference indexes them so).
 void run_pool(BlobBuilder::Pool2d p, DType dtype, const std::string& name) {
   OneOp c;
-  const HostTensor x = random(dtype, {p.n, p.c, p.h, p.w});
+  const bool cl = p.channels_last;
+  const Sizes xs = cl ? Sizes{p.n, p.h, p.w, p.c} : Sizes{p.n, p.c, p.h, p.w};
+  const HostTensor x = random(dtype, xs);
   p.x = c.add_input(x);
   const int64_t ho = p.h_out(), wo = p.w_out();
-  p.out = c.b.output(dtype, {p.n, p.c, ho, wo});
+  p.out = c.b.output(dtype, cl ? Sizes{p.n, ho, wo, p.c} : Sizes{p.n, p.c, ho, wo});
   c.b.pool2d(p);
   const auto runs = run_three_ways(c.b, c.inputs);
   std::vector<double> want(static_cast<size_t>(p.n * p.c * ho * wo));
-  for_each_index({p.n * p.c, ho, wo}, [&](int64_t i, const Sizes& id) {
-    const double* plane = x.v.data() + id[0] * p.h * p.w;
+  for_each_index({p.n, p.c, ho, wo}, [&](int64_t nchw, const Sizes& id) {
+    // The plane's first element and the step between its pixels, and where the result goes.
+    const double* plane = x.v.data() + (cl ? id[0] * p.h * p.w * p.c + id[1]
+                                           : (id[0] * p.c + id[1]) * p.h * p.w);
+    const int64_t step = cl ? p.c : 1;
+    const int64_t i = cl ? ((id[0] * ho + id[2]) * wo + id[3]) * p.c + id[1] : nchw;
     if (p.kind == blob::PoolKind::kMax) {
       double best = -kInf;
       for (int64_t ky = 0; ky < p.kh; ++ky) {
         for (int64_t kx = 0; kx < p.kw; ++kx) {
-          const int64_t iy = id[1] * p.stride_h - p.pad_h + ky * p.dil_h;
-          const int64_t ix = id[2] * p.stride_w - p.pad_w + kx * p.dil_w;
+          const int64_t iy = id[2] * p.stride_h - p.pad_h + ky * p.dil_h;
+          const int64_t ix = id[3] * p.stride_w - p.pad_w + kx * p.dil_w;
           if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
-            best = std::max(best, plane[iy * p.w + ix]);
+            best = std::max(best, plane[(iy * p.w + ix) * step]);
         }
       }
       want[i] = best;
     } else {
-      int64_t h0 = id[1] * p.stride_h - p.pad_h, w0 = id[2] * p.stride_w - p.pad_w;
+      int64_t h0 = id[2] * p.stride_h - p.pad_h, w0 = id[3] * p.stride_w - p.pad_w;
       int64_t h1 = std::min(h0 + p.kh, p.h + p.pad_h), w1 = std::min(w0 + p.kw, p.w + p.pad_w);
       const int64_t padded = (h1 - h0) * (w1 - w0);
       h0 = std::max<int64_t>(h0, 0), w0 = std::max<int64_t>(w0, 0);
       h1 = std::min(h1, p.h), w1 = std::min(w1, p.w);
       double sum = 0;
       for (int64_t iy = h0; iy < h1; ++iy)
-        for (int64_t ix = w0; ix < w1; ++ix) sum += plane[iy * p.w + ix];
+        for (int64_t ix = w0; ix < w1; ++ix) sum += plane[(iy * p.w + ix) * step];
       want[i] = sum / static_cast<double>(p.count_include_pad ? padded : (h1 - h0) * (w1 - w0));
     }
   });
@@ -406,7 +354,16 @@ TEST_F(EngineGpu, Pool2dMaxAndAverage) {
     avg.ceil_mode = true;
     run_pool(avg, DType::kBFloat16,
              std::string("bf16 avg ceil count_include_pad ") + (include ? "1" : "0"));
+    avg.channels_last = true;
+    run_pool(avg, DType::kFloat32,
+             std::string("NHWC avg ceil count_include_pad ") + (include ? "1" : "0"));
   }
+  BlobBuilder::Pool2d nhwc = p;
+  nhwc.channels_last = true, nhwc.c = 5;
+  run_pool(nhwc, DType::kFloat32, "NHWC max 3x3 s2 p1");
+  run_pool(nhwc, DType::kBFloat16, "bf16 NHWC max 3x3 s2 p1");
+  nhwc.dil_h = nhwc.dil_w = 2, nhwc.pad_h = nhwc.pad_w = 0;
+  run_pool(nhwc, DType::kFloat32, "NHWC max dilated");
 }
 
 }  // namespace

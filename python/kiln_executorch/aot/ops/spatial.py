@@ -1,12 +1,13 @@
 """2-D convolution and pooling over NCHW tensors: kConv2d (a 1x1 convolution of a 1x1 image is a
-kMatmul) and kPool2d. `split_conv_bias` runs after the whole partition is lowered."""
+kMatmul) and kPool2d. The convolution keeps its bias (its own, or a folded batch norm's); the C++
+builder folds a following residual add and activation into it and, by default, switches conv
+nets to channels-last (NHWC) memory."""
 
 import torch
 
-from ..blob_format import BinaryKind, Opcode, PoolKind
-from ..ir import Op
-from .common import (arguments, coalesce, contiguous_strides, floating_input, matmul_dtypes,
-                     only_first_output_used, pair, shape, val)
+from ..blob_format import Epilogue, Opcode, PoolKind
+from .common import (arguments, floating_input, matmul_dtypes, only_first_output_used, pair,
+                     shape, val)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -59,32 +60,9 @@ def _convolution(lw, node):
         Opcode.CONV2D, x=lw.tensor(x), weight=lw.tensor(weight),
         bias=-1 if bias is None else lw.tensor(bias), out=out, N=n, C_in=c_in, H=h, W=w,
         C_out=c_out, kH=kh, kW=kw, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh,
-        dil_w=dw, groups=groups, H_out=shape(node)[2], W_out=shape(node)[3])
+        dil_w=dw, groups=groups, H_out=shape(node)[2], W_out=shape(node)[3],
+        epilogue=Epilogue.NONE, residual=-1, channels_last=0)
     return out
-
-
-def split_conv_bias(g):
-    """Each convolution's bias (its own, or a folded batch norm's) becomes a broadcast add after
-    it. The add then joins the elementwise chain that usually follows (residual add, activation)
-    in one fused kernel, where a bias inside kConv2d would cost a pass of its own over the output.
-    Runs once the whole partition is lowered, so batch-norm folding has set the final bias."""
-    ops = []
-    for op in g.ops:
-        ops.append(op)
-        if op.opcode != Opcode.CONV2D or op.operands["bias"] < 0:
-            continue
-        out = op.operands["out"]
-        t = g.tensors[out]
-        raw = g.add_tensor(t.dtype, t.shape, name=f"{t.name}_before_bias")
-        bias = op.operands["bias"]
-        op.operands["out"], op.operands["bias"] = raw, -1
-        contiguous = contiguous_strides(t.shape)
-        sizes, (a_strides, b_strides, _) = coalesce(t.shape, contiguous, [0, 1, 0, 0],
-                                                    contiguous)
-        ops.append(Op(Opcode.BINARY, dict(kind=BinaryKind.ADD, a=raw, b=bias, out=out,
-                                          alpha=1.0, scalar=0.0, rank=len(sizes), sizes=sizes,
-                                          a_strides=a_strides, b_strides=b_strides)))
-    g.ops = ops
 
 
 def _pool(lw, node, kind):
@@ -99,7 +77,7 @@ def _pool(lw, node, kind):
     lw.g.add_op(Opcode.POOL2D, kind=kind, x=lw.tensor(args["self"]), out=out, N=n, C=c, H=h,
                 W=w, kH=kh, kW=kw, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh,
                 dil_w=dw, H_out=shape(node)[2], W_out=shape(node)[3],
-                count_include_pad=int(args.get("count_include_pad", True)))
+                count_include_pad=int(args.get("count_include_pad", True)), channels_last=0)
     return out
 
 
