@@ -121,7 +121,7 @@ class CudaEngine final : public Engine {
   bool autotune_;       // KILN_AUTOTUNE=1 when the engine was created
   Hash128 graph_hash_;  // of the blob without its weights: the algorithm cache's key (autotune_)
   int max_blocks_ = 0;
-  bool has_range_checks_ = false;  // embedding or index_put: a DeviceErrorFlag per run
+  bool has_range_checks_ = false;  // embedding, index_put or gather: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;
   uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
   size_t algo_cache_hits_ = 0;

@@ -241,7 +241,7 @@ def handmade_valid() -> dict[str, bytes]:
     ln = g.add_tensor(f32, (2, 3, 4))
     out = _io(g, b, (2, 4), OUT, 0)
     g.add_op(bf.Opcode.SOFTMAX, x=x, out=sm, outer=2, dim=3, inner=4, is_log=1)
-    g.add_op(bf.Opcode.LAYER_NORM, x=sm, weight=-1, bias=-1, out=ln, rows=6, cols=4, eps=1e-5)
+    g.add_op(bf.Opcode.LAYER_NORM, x=sm, weight=-1, bias=-1, out=ln, rows=6, cols=4, eps=1e-5, rms=0)
     g.add_op(bf.Opcode.REDUCE, kind=bf.ReduceKind.ANY, x=ln, out=out, outer=2, reduce=3, inner=4)
     blobs["softmax_layer_norm_reduce_any"] = _plan(g)
 
