@@ -131,6 +131,26 @@ TEST(ChannelsLast, ConvNetStaysNhwcAndConvertsAtItsEdges) {
   finish_and_read_back(g);
 }
 
+// Global pooling of a large image (17 x 17 > kNhwcReduceLimit) reads an NCHW copy and reduces
+// rows: the reduce kernel's thread-per-column form would walk 289 values a thread.
+TEST(ChannelsLast, GlobalPoolOfALargeImageReducesRowsOfAnNchwCopy) {
+  Graph g;
+  const int64_t y = pointwise_conv(g, {1, 4, 17, 17});
+  const int64_t m = arena(g, {1, 4}, "mean");
+  g.ops.push_back(make_op(O::kReduce, {{int64_t(blob::ReduceKind::kMean)}, {y}, {m}, {4}, {289},
+                                       {1}}));
+  g.outputs = {m};
+  convert_to_channels_last(g);
+  ASSERT_EQ(g.ops.size(), 4u);                                   // in copy, conv, out copy, mean
+  EXPECT_EQ(g.ops[1].at("channels_last"), 1);
+  EXPECT_EQ(g.ops[2].opcode, O::kCopy);
+  ASSERT_EQ(g.ops[3].opcode, O::kReduce);
+  EXPECT_EQ(g.ops[3].at("x"), g.ops[2].out());
+  EXPECT_EQ(g.ops[3].at("outer"), 4);
+  EXPECT_EQ(g.ops[3].at("inner"), 1);
+  finish_and_read_back(g);
+}
+
 TEST(ChannelsLast, ViewsAndOtherReadersGetOneNchwCopy) {
   Graph g;
   const int64_t y = pointwise_conv(g, {1, 2, 2, 2});
