@@ -56,7 +56,7 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, 
 
 // Rows of up to kThreads * kPerThread columns: one block per row, the row held in registers, so
 // it is read from memory once (the kernel above reads it three times). Same two-pass arithmetic.
-// Transformer widths (768..4096) at a few hundred rows are latency-bound, and a block per row
+// Transformer widths (768..8192) at a few hundred rows are latency-bound, and a block per row
 // spreads them over every SM where a warp per row used a handful.
 template <typename T, int kThreads, int kPerThread>
 __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
@@ -136,8 +136,8 @@ class LayerNormStep final : public Step {
         launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else if (a_.cols > 1024 && a_.cols <= 2048) {
         launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
-      } else if (a_.cols > 2048 && a_.cols <= 4096) {
-        launch_cached<T, 512>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
+      } else if (a_.cols > 2048 && a_.cols <= 8192) {
+        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else if (a_.cols <= kWarpRowLimit) {
         constexpr int kRowsPerBlock = kBlock / 32;
         const unsigned blocks = blocks_for(a_.rows, kRowsPerBlock, ctx.max_blocks);

@@ -264,7 +264,9 @@ Outputs run_device(Engine& engine, const std::vector<HostTensor>& inputs) {
     void* d = nullptr;
     if (nbytes > 0) {
       EXPECT_EQ(cudaMalloc(&d, nbytes), cudaSuccess);
-      EXPECT_EQ(cudaMemset(d, 0xFF, nbytes), cudaSuccess);
+      // On the caller's stream: a plain cudaMemset runs on the legacy stream, which a
+      // non-blocking stream does not wait for, and could land after the engine's writes.
+      EXPECT_EQ(cudaMemsetAsync(d, 0xFF, nbytes, stream), cudaSuccess);
     }
     buffers.push_back(d);
     out.push_back({d, nbytes, true});

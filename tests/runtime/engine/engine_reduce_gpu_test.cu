@@ -59,7 +59,7 @@ TEST_F(EngineGpu, SoftmaxRowsColumnsAndLog) {
 TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     // Every width class of the kernels: a warp per row (<= 256), a register-cached block per row
-    // (257..4096, partly filled blocks included), the uncached block loop (> 4096).
+    // (257..8192, partly filled blocks included), the uncached block loop (> 8192).
     for (int64_t cols : {16, 3000, 1, 257, 768, 1000, 1024, 2048, 4096, 8192, 8193}) {
       for (int variant = 0; variant < 3; ++variant) {  // affine, plain, RMSNorm with a weight
         const bool affine = variant != 1, rms = variant == 2;
