@@ -1,5 +1,7 @@
 #include "runtime/engine/kernels/layer_norm.cuh"
 
+#include <algorithm>
+
 #include "runtime/engine/kernels/common.cuh"
 
 namespace kiln::engine::kernels {
@@ -106,7 +108,10 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
 template <typename T, int kThreads>
 void launch_cached(const T* x, T* out, int64_t rows, int64_t cols, float eps,
                    const Affine& affine, bool rms, const RunContext& ctx) {
-  const unsigned blocks = blocks_for(rows, 1, ctx.max_blocks * (kBlock / kThreads));
+  // max_blocks is sized for kBlock threads a block; wider blocks get proportionally fewer (at
+  // least one: kBlock / kThreads is 0 for the 512- and 1024-thread classes).
+  const int max_blocks = std::max(1, static_cast<int>(int64_t{ctx.max_blocks} * kBlock / kThreads));
+  const unsigned blocks = blocks_for(rows, 1, max_blocks);
   layer_norm_cached_kernel<T, kThreads, 8>
       <<<blocks, kThreads, 0, ctx.stream>>>(x, out, rows, cols, eps, affine, rms);
 }
