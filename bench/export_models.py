@@ -38,6 +38,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--keys", default=",".join(ZOO))
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--layout", default="channels_last", choices=("channels_last", "nchw"),
+                    help="KilnPartitioner's layout for conv nets (to compare the two)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     manifest, failures = [], 0
@@ -59,7 +61,7 @@ def main() -> int:
             pte = args.out / f"{key}_{precision}.pte"
             t0 = time.time()
             try:
-                export(module, inputs, pte, precision=precision)
+                export(module, inputs, pte, precision=precision, layout=args.layout)
             except Exception as e:  # noqa: BLE001 - one model's failure is reported, the rest go on
                 failures += 1
                 print(f"export {key} {precision}: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
@@ -75,7 +77,8 @@ def main() -> int:
             if not outside:
                 dr = args.out / f"{key}_{precision}_device.pte"
                 try:
-                    export(module, inputs, dr, precision=precision, device_resident=True)
+                    export(module, inputs, dr, precision=precision, device_resident=True,
+                           layout=args.layout)
                 except Exception as e:  # noqa: BLE001
                     failures += 1
                     print(f"export {key} {precision} device-resident: FAILED: {type(e).__name__}: {e}",

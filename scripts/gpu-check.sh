@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check, in two halves:
 #
-#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--no-tests | --tests T1,T2] [--no-e2e]
+#   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--layout channels_last|nchw]
+#                                [--no-tests | --tests T1,T2] [--no-e2e]
 #                                [--no-roofline] [--limit-mib 60] [--max-keys N]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
@@ -33,13 +34,14 @@ mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; tests=1; e2e=1; only_tests=""; roofline=1; limit_mib=60; max_keys=1000
+  keys=""; precisions="fp32,bf16"; layout=channels_last; tests=1; e2e=1; only_tests=""; roofline=1; limit_mib=60; max_keys=1000
   while [ $# -gt 0 ]; do
     case "$1" in
       --limit-mib) limit_mib="$2"; shift 2 ;;  # the largest bundle: one transfer carries 64 MiB
       --max-keys) max_keys="$2"; shift 2 ;;  # the most models a bundle (a run's time limit)
       --keys) keys="$2"; shift 2 ;;
       --precisions) precisions="$2"; shift 2 ;;
+      --layout) layout="$2"; shift 2 ;;  # channels_last (default) or nchw: the conv nets' layout
       --no-tests) tests=0; shift ;;
       --tests) only_tests="$2"; shift 2 ;;  # stage only these GPU test binaries (comma list)
       --no-e2e) e2e=0; shift ;;
@@ -66,7 +68,7 @@ prepare)
   # Debug info stays here: the transfer to the GPU machine is limited in size.
   strip --strip-debug "$stage"/site/kiln_executorch/lib/*.so "$stage"/site/kiln_executorch/bin/* "$stage"/tests/* 2>/dev/null || true
   PYTHONPATH="$root/python:$root/bench" .venv/bin/python bench/export_models.py --out "$stage/models" \
-    ${keys:+--keys "$keys"} --precisions "$precisions"
+    ${keys:+--keys "$keys"} --precisions "$precisions" --layout "$layout"
   # The roofline benchmark's programs (bench/roofline.py).
   if [ "$roofline" = 1 ]; then
     PYTHONPATH="$root/python" .venv/bin/python bench/roofline.py export --out "$stage/roofline"
