@@ -167,6 +167,22 @@ TEST(ChannelsLast, ViewsAndOtherReadersGetOneNchwCopy) {
   finish_and_read_back(g);
 }
 
+// A net with a depthwise convolution keeps NCHW (cuDNN's NHWC depthwise kernels are slow at
+// batch 1): no layout copies, every conv reads and writes the graph's layout.
+TEST(ChannelsLast, NetsWithDepthwiseConvolutionsKeepNchw) {
+  Graph g;
+  const int64_t y = pointwise_conv(g, {1, 4, 5, 5});
+  const int64_t w = weight(g, std::vector<float>(36, 0.25f), {4, 1, 3, 3});
+  const int64_t z = arena(g, {1, 4, 5, 5}, "z");
+  Op dw = conv(y, w, kNoTensor, z, {1, 4, 5, 5}, 4, 3);
+  dw.at("groups") = 4;
+  g.ops.push_back(dw);
+  g.outputs = {z};
+  convert_to_channels_last(g);
+  ASSERT_EQ(g.ops.size(), 2u);
+  for (const Op& op : g.ops) EXPECT_EQ(op.at("channels_last"), 0);
+}
+
 TEST(ChannelsLast, GraphsWithoutConvolutionsAreUntouched) {
   Graph g;
   const int64_t x = input(g, {1, 2, 2, 2}, 0);
