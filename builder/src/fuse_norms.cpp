@@ -65,13 +65,9 @@ class RmsMatcher {
 
   size_t index(const Op* op) const { return size_t(op - g_.ops.data()); }
 
-  // The one op reading `op`'s result, or nullptr when that result is an output or has other
-  // readers (it must disappear into the fused op).
+  // The one op reading `op`'s result, which must disappear into the fused op.
   const Op* sole_reader(const Op& op) const {
-    const int64_t root = g_.root(op.out());
-    if (output_roots_.count(root)) return nullptr;
-    auto rs = readers(g_, root);
-    return rs.size() == 1 ? rs[0] : nullptr;
+    return kiln::builder::sole_reader(g_, op, output_roots_);
   }
 
   // Whether `strides` (over `sizes`, whose last is `cols`) read one value per row of a dense

@@ -22,6 +22,14 @@ std::vector<const Op*> readers(const Graph& g, int64_t root) {
   return out;
 }
 
+const Op* sole_reader(const Graph& g, const Op& op,
+                      const std::unordered_set<int64_t>& output_roots) {
+  const int64_t root = g.root(op.out());
+  if (output_roots.count(root)) return nullptr;
+  auto rs = readers(g, root);
+  return rs.size() == 1 ? rs[0] : nullptr;
+}
+
 Op flat_copy(const Graph& g, int64_t x, int64_t out) {
   int64_t n = g.tensors[size_t(out)].numel();
   return make_op(blob::Opcode::kCopy, {{x}, {out}, {1}, {n}, {0}, {1}, {0}, {1}});
@@ -44,20 +52,6 @@ void eliminate_dead_ops(Graph& g) {
   std::reverse(live.begin(), live.end());
   g.ops = std::move(live);
 }
-
-namespace {
-
-// The one op that reads `mm`'s result, or nullptr when the result is a delegate output or
-// has no reader or several: only then can an epilogue take that reader's place.
-const Op* sole_reader(const Graph& g, const Op& mm,
-                      const std::unordered_set<int64_t>& output_roots) {
-  const int64_t root = g.root(mm.out());
-  if (output_roots.count(root)) return nullptr;
-  auto rs = readers(g, root);
-  return rs.size() == 1 ? rs[0] : nullptr;
-}
-
-}  // namespace
 
 bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
   int64_t expected = 1;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <unordered_set>
+#include <vector>
 
 #include "builder/src/ir.h"
 
@@ -57,6 +59,12 @@ void plan_memory(Graph& g);
 
 /// Readers of `root` (ops reading it or a view of it), in op order.
 std::vector<const Op*> readers(const Graph& g, int64_t root);
+
+/// The one op reading `op`'s result (or a view of it), or nullptr when that result is a delegate
+/// output (a root in `output_roots`) or has no reader or several: only then can a fusion fold
+/// that reader into `op`, or `op` into it.
+const Op* sole_reader(const Graph& g, const Op& op,
+                      const std::unordered_set<int64_t>& output_roots);
 
 /// A kCopy of every element of `x` into `out` (same numel, both contiguous).
 Op flat_copy(const Graph& g, int64_t x, int64_t out);

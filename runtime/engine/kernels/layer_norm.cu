@@ -137,17 +137,19 @@ class LayerNormStep final : public Step {
       using T = typename decltype(tag)::type;
       const T* x = ctx.ptr<const T>(a_.x);
       T* out = ctx.ptr<T>(a_.out);
-      if (a_.cols > 256 && a_.cols <= 1024) {
-        launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
-      } else if (a_.cols > 1024 && a_.cols <= 2048) {
-        launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
-      } else if (a_.cols > 2048 && a_.cols <= 8192) {
-        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
-      } else if (a_.cols <= kWarpRowLimit) {
+      // Width classes: a warp per row up to 256 columns, then register-cached blocks of 128,
+      // 256 or 1024 threads (8 columns a thread), then the block loop.
+      if (a_.cols <= 256) {
         constexpr int kRowsPerBlock = kBlock / 32;
         const unsigned blocks = blocks_for(a_.rows, kRowsPerBlock, ctx.max_blocks);
         layer_norm_kernel<T, 32>
             <<<blocks, kBlock, 0, ctx.stream>>>(x, out, a_.rows, a_.cols, eps, affine, a_.rms);
+      } else if (a_.cols <= 1024) {
+        launch_cached<T, 128>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
+      } else if (a_.cols <= 2048) {
+        launch_cached<T, 256>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
+      } else if (a_.cols <= 8192) {
+        launch_cached<T, 1024>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
       } else {
         const unsigned blocks = blocks_for(a_.rows, 1, ctx.max_blocks);
         layer_norm_kernel<T, kRowBlock>
