@@ -34,8 +34,14 @@ stamp="$venv/.kiln-pins"
 want=$(sha256sum pins.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   say "installing pinned packages from pins.txt (first run downloads a few GB)"
-  "$venv/bin/python" -m pip install --disable-pip-version-check -q -r pins.txt \
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q \
+    -r <("$venv/bin/python" "$root/tools/check_pins.py" --runtime) \
     || die "pip install -r pins.txt failed (see above)"
+  # Header-only pins (the cuDNN frontend): the package alone, without its Python dependencies.
+  for pin in $("$venv/bin/python" "$root/tools/check_pins.py" --headers-only); do
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps --upgrade \
+      --target "$venv/opt/${pin%%==*}" "$pin" || die "pip install $pin (headers) failed (see above)"
+  done
   "$venv/bin/python" "$root/tools/check_pins.py" || die "installed packages do not match pins.txt"
   echo "$want" > "$stamp"
 fi
@@ -53,6 +59,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCUDAToolkit_ROOT="$cuda" \
     -Dexecutorch_DIR="$et_cmake" \
     -DPython3_EXECUTABLE="$venv/bin/python" \
+    -DKILN_CUDNN_FRONTEND_INCLUDE_DIR="$venv/opt/nvidia-cudnn-frontend/include" \
     || { rm -f "$build/build.ninja"; die "CMake configure failed (see above)"; }
 fi
 

@@ -29,11 +29,38 @@ def read_pins(path: Path = PINS) -> dict[str, str]:
     return pins
 
 
+HEADERS_ONLY = "# headers-only"
+
+
+def header_only_pins(path: Path = PINS) -> dict[str, str]:
+    """The pins whose line ends in `# headers-only`: packages used only for their C/C++ headers,
+    installed without their Python dependencies into .venv/opt/<name> (header_dir)."""
+    pins = read_pins(path)
+    names = [raw.split("==", 1)[0].strip().lower() for raw in path.read_text().splitlines()
+             if raw.split("#", 1)[0].strip() and HEADERS_ONLY in raw]
+    return {n: pins[n] for n in names}
+
+
+def header_dir(name: str, venv: Path = PINS.parent / ".venv") -> Path:
+    return venv / "opt" / name
+
+
+def installed_version(name: str, headers_only: bool) -> str:
+    """Raises PackageNotFoundError when the package is absent."""
+    if not headers_only:
+        return md.version(name)
+    for dist in md.distributions(path=[str(header_dir(name))]):
+        if (dist.metadata["Name"] or "").lower() == name:
+            return dist.version
+    raise md.PackageNotFoundError(name)
+
+
 def problems(pins: dict[str, str]) -> list[str]:
     found = []
+    headers = header_only_pins()
     for name, want in pins.items():
         try:
-            have = md.version(name)
+            have = installed_version(name, name in headers)
         except md.PackageNotFoundError:
             found.append(f"{name}: not installed (pins.txt wants {want}); run scripts/setup.sh")
             continue
@@ -73,6 +100,15 @@ def stray_pins(root: Path, files: list[Path]) -> list[str]:
 
 
 def main() -> int:
+    # --headers-only: print `name==version` of the header-only pins; --runtime: the pin file
+    # without them (what setup.sh gives pip -r). Both for scripts/setup.sh.
+    if sys.argv[1:] == ["--headers-only"]:
+        print("\n".join(f"{n}=={v}" for n, v in header_only_pins().items()))
+        return 0
+    if sys.argv[1:] == ["--runtime"]:
+        print("".join(line for line in PINS.read_text().splitlines(keepends=True)
+                      if HEADERS_ONLY not in line or not line.split("#", 1)[0].strip()), end="")
+        return 0
     bad = problems(read_pins())
     for p in bad:
         print(f"check_pins: {p}", file=sys.stderr)

@@ -19,6 +19,7 @@
 #include "runtime/engine/cuda_engine.h"
 #include "runtime/engine/device.h"
 #include "format/fail.h"
+#include "runtime/engine/kernels/attention_cudnn.h"
 #include "runtime/engine/kernels/conv2d.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/profile.h"
@@ -113,7 +114,7 @@ Error CudaEngine::init() {
   if (has_opcode(graph_, blob::Opcode::kMatmul)) {
     KILN_ASSIGN_OR_RETURN(s->lt, kernels::create_cublas_lt());
   }
-  if (has_opcode(graph_, blob::Opcode::kConv2d)) {
+  if (has_opcode(graph_, blob::Opcode::kConv2d) || kernels::graph_has_cudnn_attention(graph_)) {
     KILN_ASSIGN_OR_RETURN(s->cudnn, kernels::create_cudnn());
   }
   has_range_checks_ = has_opcode(graph_, blob::Opcode::kEmbedding) ||

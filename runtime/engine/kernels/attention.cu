@@ -10,6 +10,7 @@
 // two CTAs per SM: fewer queries per CTA re-read K/V from L2 more often, but fill the device.
 // KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
+#include "runtime/engine/kernels/attention_cudnn.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -279,6 +280,11 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
                 static_cast<long long>(kMaxAttentionHeadDim));
   }
   const Graph& g = ctx.graph;
+  // Float16/BFloat16 without a mask: cuDNN's tensor-core flash attention where it has a plan.
+  if (cudnn_attention_unsupported(a, g) == nullptr) {
+    StepResult cudnn = make_cudnn_attention_step(a, ctx);
+    if (cudnn.ok() || cudnn.error() != Error::NotSupported) return cudnn;
+  }
   const blob::DType dtype = g.tensors[a.q].dtype;
   Params p{};
   p.mask_kind = a.mask == kNoTensor                               ? MaskKind::kNone

@@ -2,13 +2,16 @@
 // scaled, additive and Bool masks broadcast through strides, causal (square and with more keys
 // than queries), grouped-query heads, q read at an offset and strides from a packed projection,
 // odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out
-// (0, as torch gives), in fp32, fp16 and bf16. The kernel shares memory between warps, so
-// gpu-check.sh sanitize may run this binary under racecheck too.
+// (0, as torch gives), in fp32, fp16 and bf16. fp16/bf16 cases without a mask run through
+// cuDNN's fused attention (attention_cudnn.h) where it has a plan; KILN_ATTENTION=kiln runs them
+// on Kiln's kernel too. The kernel shares memory between warps, so gpu-check.sh sanitize may run
+// this binary under racecheck too.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -168,6 +171,19 @@ TEST_F(EngineGpu, AttentionGroupedHeadsAndStridedQueries) {
       run_case(dtype, c);
     }
   }
+}
+
+TEST_F(EngineGpu, AttentionHalfTypesOnKilnsKernel) {
+  // The cases cuDNN takes by default, forced onto Kiln's own kernel (its fallback).
+  ASSERT_EQ(setenv("KILN_ATTENTION", "kiln", 1), 0);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (const Case& c : {Case{1, 2, 2, 128, 128, 64, 64}, Case{1, 4, 1, 64, 64, 128, 128, true},
+                          Case{1, 8, 2, 32, 32, 64, 64, true, Mask::kNone, true},
+                          Case{1, 2, 2, 6, 50, 16, 24, true}}) {
+      run_case(dtype, c);
+    }
+  }
+  unsetenv("KILN_ATTENTION");
 }
 
 }  // namespace

@@ -1,0 +1,194 @@
+// kAttention through the cuDNN frontend's SDPA node: one graph per op, built at init with the
+// op's sizes and strides, executed with the run's pointers. Plain C++ (no device code): the
+// frontend's headers are heavy, so they stay in this one file.
+#include "runtime/engine/kernels/attention_cudnn.h"
+
+#include <cudnn_frontend.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "format/dtype.h"
+#include "format/fail.h"
+
+namespace kiln::engine::kernels {
+namespace {
+
+namespace fe = cudnn_frontend;
+using executorch::runtime::Error;
+
+// The graph's tensor uids.
+constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4;
+
+// Every operand address and row stride on a 16-byte boundary: cuDNN's fused attention reads
+// q/k/v with 16-byte vector loads.
+constexpr uint32_t kAlignment = 16;
+
+bool enabled() {
+  const char* env = std::getenv("KILN_ATTENTION");
+  return env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0 ||
+         std::strcmp(env, "cudnn") == 0;
+}
+
+uint32_t min_alignment(uint32_t base, int64_t offset_bytes) {
+  uint32_t align = base;
+  while (align > 1 && offset_bytes % align != 0) align /= 2;
+  return align;
+}
+
+class CudnnAttentionStep final : public Step {
+ public:
+  CudnnAttentionStep(const AttentionArgs& a, std::shared_ptr<fe::graph::Graph> graph,
+                     size_t elt, size_t workspace)
+      : a_(a), graph_(std::move(graph)), elt_(elt), workspace_(workspace) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    const cudnnStatus_t s = cudnnSetStream(ctx.cudnn, ctx.stream);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      return fail(nullptr, Error::Internal, "Kiln engine: op %zu (attention): cudnnSetStream: %s",
+                  ctx.op_index, cudnnGetErrorString(s));
+    }
+    std::unordered_map<int64_t, void*> pack{
+        {kQ, ctx.ptr<char>(a_.q) + a_.q_offset * elt_},
+        {kK, ctx.ptr<char>(a_.k) + a_.k_offset * elt_},
+        {kV, ctx.ptr<char>(a_.v) + a_.v_offset * elt_},
+        {kO, ctx.ptr(a_.out)}};
+    try {
+      fe::error_t e = graph_->execute(ctx.cudnn, pack, ctx.workspace);
+      if (e.is_bad()) {
+        return fail(nullptr, Error::Internal,
+                    "Kiln engine: op %zu (attention): cuDNN's fused attention failed: %s",
+                    ctx.op_index, e.get_message().c_str());
+      }
+    } catch (const std::exception& ex) {
+      return fail(nullptr, Error::Internal,
+                  "Kiln engine: op %zu (attention): cuDNN's fused attention failed: %s",
+                  ctx.op_index, ex.what());
+    }
+    return Error::Ok;
+  }
+
+  size_t workspace_bytes() const override { return workspace_; }
+
+ private:
+  AttentionArgs a_;
+  std::shared_ptr<fe::graph::Graph> graph_;
+  size_t elt_;
+  size_t workspace_;
+};
+
+}  // namespace
+
+const char* cudnn_attention_unsupported(const AttentionArgs& a, const Graph& graph) {
+  if (!enabled()) return "KILN_ATTENTION selects Kiln's kernel";
+  const blob::DType dtype = graph.tensors[a.q].dtype;
+  if (dtype != blob::DType::kBFloat16 && dtype != blob::DType::kFloat16) {
+    return "cuDNN's fused attention takes Float16 and BFloat16 only";
+  }
+  if (a.mask != kNoTensor) return "a mask tensor (Kiln's kernel applies masks)";
+  if (a.batch == 0 || a.seq_q == 0 || a.seq_kv == 0) return "an empty operand";
+  if (a.head_dim % 8 != 0 || a.head_dim_v % 8 != 0 || a.head_dim > 256 || a.head_dim_v > 256) {
+    return "head dims that are not multiples of 8 up to 256";
+  }
+  const int64_t strides[] = {a.q_stride_b, a.q_stride_h, a.q_stride_s, a.k_stride_b,
+                             a.k_stride_h, a.k_stride_s, a.v_stride_b, a.v_stride_h,
+                             a.v_stride_s};
+  const int64_t sizes[] = {a.batch, a.heads_q, a.seq_q, a.batch, a.heads_kv, a.seq_kv,
+                           a.batch, a.heads_kv, a.seq_kv};
+  const int64_t elt = static_cast<int64_t>(element_size(dtype));
+  for (int i = 0; i < 9; ++i) {
+    if ((strides[i] == 0 && sizes[i] > 1) || (strides[i] * elt) % kAlignment != 0) {
+      return "a broadcast or unaligned stride";
+    }
+  }
+  if ((a.q_offset * elt) % kAlignment != 0 || (a.k_offset * elt) % kAlignment != 0 ||
+      (a.v_offset * elt) % kAlignment != 0) {
+    return "an unaligned view offset";
+  }
+  return nullptr;
+}
+
+bool graph_has_cudnn_attention(const Graph& graph) {
+  for (const Op& op : graph.ops) {
+    if (const auto* a = std::get_if<AttentionArgs>(&op.args)) {
+      if (cudnn_attention_unsupported(*a, graph) == nullptr) return true;
+    }
+  }
+  return false;
+}
+
+StepResult make_cudnn_attention_step(const AttentionArgs& a, const InitContext& ctx) {
+  const blob::DType dtype = ctx.graph.tensors[a.q].dtype;
+  const int64_t elt = static_cast<int64_t>(element_size(dtype));
+  const uint32_t align = std::min({min_alignment(ctx.alignment[a.q], a.q_offset * elt),
+                                   min_alignment(ctx.alignment[a.k], a.k_offset * elt),
+                                   min_alignment(ctx.alignment[a.v], a.v_offset * elt),
+                                   ctx.alignment[a.out]});
+  if (ctx.cudnn == nullptr || align < kAlignment) {
+    ET_LOG(Info, "Kiln engine: op %zu (attention): operands %u-byte aligned; Kiln's kernel runs it",
+           ctx.op_index, align);
+    return Error::NotSupported;
+  }
+  auto graph = std::make_shared<fe::graph::Graph>();
+  size_t workspace = 0;
+  try {
+    graph->set_io_data_type(dtype == blob::DType::kBFloat16 ? fe::DataType_t::BFLOAT16
+                                                             : fe::DataType_t::HALF)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto q = graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name("q")
+                               .set_uid(kQ)
+                               .set_dim({a.batch, a.heads_q, a.seq_q, a.head_dim})
+                               .set_stride({a.q_stride_b, a.q_stride_h, a.q_stride_s, 1}));
+    auto k = graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name("k")
+                               .set_uid(kK)
+                               .set_dim({a.batch, a.heads_kv, a.seq_kv, a.head_dim})
+                               .set_stride({a.k_stride_b, a.k_stride_h, a.k_stride_s, 1}));
+    auto v = graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name("v")
+                               .set_uid(kV)
+                               .set_dim({a.batch, a.heads_kv, a.seq_kv, a.head_dim_v})
+                               .set_stride({a.v_stride_b, a.v_stride_h, a.v_stride_s, 1}));
+    auto options = fe::graph::SDPA_attributes()
+                       .set_name("attention")
+                       .set_generate_stats(false)
+                       .set_attn_scale(static_cast<float>(a.scale));
+    if (a.causal) options.set_causal_mask(true);  // top-left, as torch's is_causal
+    auto outputs = graph->sdpa(q, k, v, options);
+    outputs[0]
+        ->set_output(true)
+        .set_uid(kO)
+        .set_dim({a.batch, a.heads_q, a.seq_q, a.head_dim_v})
+        .set_stride({a.heads_q * a.seq_q * a.head_dim_v, a.seq_q * a.head_dim_v, a.head_dim_v, 1});
+    fe::error_t built = graph->build(ctx.cudnn, {fe::HeurMode_t::A});
+    if (built.is_bad()) {
+      ET_LOG(Info,
+             "Kiln engine: op %zu (attention): cuDNN %zu has no fused-attention plan for it (%s); "
+             "Kiln's kernel runs it",
+             ctx.op_index, cudnnGetVersion(), built.get_message().c_str());
+      return Error::NotSupported;
+    }
+    int64_t bytes = 0;
+    fe::error_t sized = graph->get_workspace_size(bytes);
+    if (sized.is_bad() || bytes < 0) {
+      return fail(nullptr, Error::Internal,
+                  "Kiln engine: op %zu (attention): cuDNN's workspace size: %s", ctx.op_index,
+                  sized.get_message().c_str());
+    }
+    workspace = static_cast<size_t>(bytes);
+  } catch (const std::exception& ex) {
+    ET_LOG(Info, "Kiln engine: op %zu (attention): building cuDNN's fused attention failed (%s); "
+           "Kiln's kernel runs it", ctx.op_index, ex.what());
+    return Error::NotSupported;
+  }
+  return std::unique_ptr<Step>(
+      new CudnnAttentionStep(a, std::move(graph), static_cast<size_t>(elt), workspace));
+}
+
+}  // namespace kiln::engine::kernels
