@@ -1,4 +1,4 @@
-// The Kiln engine blob, format version 3: what the AOT builder writes into the .pte and what
+// The Kiln engine blob, format version 4: what the AOT builder writes into the .pte and what
 // KilnBackend::init reads. This header and the op table (op_table.def: every enum, opcode and
 // operand layout) are the single definition of the format; the C++ builder (builder/) writes it
 // from here, and the Python mirror (python/kiln_executorch/aot/blob_format.py) is built from the
@@ -38,9 +38,9 @@
 namespace kiln::engine::blob {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
-inline constexpr uint32_t kFormatVersion = 3;  // 2: kMatmul's residual; 3: kConv2d's epilogue,
+inline constexpr uint32_t kFormatVersion = 4;  // 2: kMatmul's residual; 3: kConv2d's epilogue,
                                                // residual and layout, kPool2d's layout,
-                                               // kLayerNorm's rms
+                                               // kLayerNorm's rms; 4: kAttention's out strides
 inline constexpr uint32_t kHeaderSize = 128;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kWeightAlignment = 64;

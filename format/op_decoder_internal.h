@@ -318,7 +318,7 @@ class OpDecoder {
   };
   static constexpr size_t kMaxRead = blob::kMaxFusedInputs;
 
-  static constexpr size_t kMaxFields = 32;
+  static constexpr size_t kMaxFields = 40;
 
   const Graph& graph_;
   size_t index_;
@@ -339,10 +339,10 @@ class OpDecoder {
 
 static_assert([] {
   for (const blob::OpDesc& op : blob::kOps) {
-    if (op.num_fields > 32) return false;
+    if (op.num_fields > 40) return false;
   }
   return true;
-}(), "OpDecoder::kMaxFields is smaller than an op's field count");
+}(), "OpDecoder::kMaxFields (40) is smaller than an op's field count");
 
 // ---- The table's relations (KILN_CHECKS_<Name>), one table_checks overload per opcode. ----
 

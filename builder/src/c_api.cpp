@@ -27,6 +27,7 @@ Graph build(const void* ir, size_t ir_size, uint32_t passes) {
   if (passes & KILN_BUILDER_PASS_FUSE_NORMS) fuse_rms_norms(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_matmul_epilogues(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_conv_epilogues(g);
+  if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fold_attention_transposes(g);
   if (passes & KILN_BUILDER_PASS_PRECISION) convert_precision(g);
   if (passes & KILN_BUILDER_PASS_CHANNELS_LAST) convert_to_channels_last(g);
   if (passes & KILN_BUILDER_PASS_FUSE_ELEMENTWISE) fuse_elementwise(g);

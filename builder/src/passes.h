@@ -33,6 +33,11 @@ void fuse_matmul_epilogues(Graph& g);
 /// result, run in the convolution's epilogue.
 void fuse_conv_epilogues(Graph& g);
 
+/// kAttention whose result only a kCopy reads that permutes its [B, H, S, D] dimensions (the
+/// transpose back to [B, S, H, D] before the output projection): the attention writes the copy's
+/// result through its out strides and the copy goes.
+void fold_attention_transposes(Graph& g);
+
 /// fp16/bf16: float32 tensors other than the delegate's inputs become the low dtype (weights and
 /// state initial values converted), float32 inputs are cast on entry and outputs on exit; fp32
 /// outputs written directly by one elementwise op stay float32, and so do the operand and result

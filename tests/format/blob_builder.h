@@ -264,14 +264,15 @@ class BlobBuilder {
         p.channels_last});
   }
 
-  /// kAttention. Strides default to contiguous [B, H, S, D] q/k/v (set() fills them) and a
+  /// kAttention. Strides default to contiguous [B, H, S, D] q/k/v/out (set() fills them) and a
   /// mask of [B, Hq, Sq, Skv]; -1 strides mean "contiguous".
   struct Attention {
     int64_t q, k, v, mask = -1, out;
     int64_t batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v;
     int64_t q_offset = 0, k_offset = 0, v_offset = 0;
     int64_t q_strides[3] = {-1, -1, -1}, k_strides[3] = {-1, -1, -1},
-            v_strides[3] = {-1, -1, -1}, mask_strides[4] = {-1, -1, -1, -1};
+            v_strides[3] = {-1, -1, -1}, mask_strides[4] = {-1, -1, -1, -1},
+            out_strides[3] = {-1, -1, -1};
     bool causal = false;
     double scale = 1.0;
   };
@@ -287,6 +288,7 @@ class BlobBuilder {
     fill3(a.q_strides, a.heads_q, a.seq_q, a.head_dim);
     fill3(a.k_strides, a.heads_kv, a.seq_kv, a.head_dim);
     fill3(a.v_strides, a.heads_kv, a.seq_kv, a.head_dim_v);
+    fill3(a.out_strides, a.heads_q, a.seq_q, a.head_dim_v);
     if (a.mask_strides[0] < 0) {
       a.mask_strides[3] = 1;
       a.mask_strides[2] = a.seq_kv;
@@ -299,7 +301,7 @@ class BlobBuilder {
         a.q_strides[1], a.q_strides[2], a.k_strides[0],
         a.k_strides[1], a.k_strides[2], a.v_strides[0], a.v_strides[1], a.v_strides[2],
         a.mask_strides[0], a.mask_strides[1], a.mask_strides[2], a.mask_strides[3], a.causal,
-        f(a.scale)});
+        f(a.scale), a.out_strides[0], a.out_strides[1], a.out_strides[2]});
   }
 
   /// Serialises everything into one blob; layout() then describes where each section went.

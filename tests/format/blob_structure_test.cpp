@@ -91,7 +91,7 @@ TEST(BlobReader, OtherFormatVersionIsIncompatible) {
   patch<uint32_t>(bytes, HEADER_FIELD(format_version), 1);
   EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "format_version is 1"));
   EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "re-export"));
-  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "reads format version 3"));
+  EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "reads format version 4"));
   patch<uint32_t>(bytes, HEADER_FIELD(format_version), 0);
   EXPECT_TRUE(fails_with(bytes, Error::DelegateInvalidCompatibility, "format_version is 0"));
   // A newer blob is reported as such even when its header is shorter than v1's.

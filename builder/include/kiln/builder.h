@@ -7,7 +7,7 @@
  * Passes, in order (each selected by a KILN_BUILDER_PASS_* bit):
  *   dead-op elimination; RMSNorm chains (pow-mean-add-rsqrt-mul) into one kLayerNorm (rms);
  *   residual+activation epilogue fusion into kMatmul and kConv2d (their
- *   bias is already in them); precision conversion (fp16/bf16 graphs: float32 tensors other than
+ *   bias is already in them), and the transpose after kAttention into its out strides; precision conversion (fp16/bf16 graphs: float32 tensors other than
  *   delegate inputs become the low dtype, weights rounded to nearest even as torch's Tensor.to()
  *   does, casts at the delegate's float inputs and outputs); channels-last layout (conv nets'
  *   activations NHWC between convolutions and pools, conv weights KRSC, a layout copy only where

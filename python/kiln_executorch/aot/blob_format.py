@@ -1,4 +1,4 @@
-"""Python mirror of the Kiln engine blob format, version 3 (format/blob_format.h and the op table
+"""Python mirror of the Kiln engine blob format, version 4 (format/blob_format.h and the op table
 format/op_table.def).
 
 Nothing here is kept by hand: the constants, the enums (DType, Storage, Precision, Opcode and the

@@ -43,7 +43,7 @@ struct Params {
   MaskKind mask_kind;
   int64_t heads_q, group, seq_q, seq_kv, d, dv;
   int64_t q_offset, k_offset, v_offset;
-  int64_t qs[3], ks[3], vs[3], ms[4];
+  int64_t qs[3], ks[3], vs[3], ms[4], os[3];
   bool causal;
   float scale;
 };
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     __syncwarp();
   }
 
-  T* out = static_cast<T*>(p.out) + (b * p.heads_q + h) * p.seq_q * p.dv;
+  T* out = static_cast<T*>(p.out) + b * p.os[0] + h * p.os[1];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int64_t i = i0 + warp * R + r;
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
 #pragma unroll
     for (int t = 0; t < kMaxCols; ++t) {
       const int64_t c = lane + 32 * t;
-      if (t < cols && c < p.dv) out[i * p.dv + c] = from_float<T>(acc[r][t] * inv);
+      if (t < cols && c < p.dv) out[i * p.os[2] + c] = from_float<T>(acc[r][t] * inv);
     }
   }
 }
@@ -309,6 +309,9 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
     p.vs[i] = vs[i];
   }
   for (int i = 0; i < 4; ++i) p.ms[i] = ms[i];
+  p.os[0] = a.out_stride_b;
+  p.os[1] = a.out_stride_h;
+  p.os[2] = a.out_stride_s;
   p.causal = a.causal;
   p.scale = static_cast<float>(a.scale);
   // Query tiles along x (up to 2^31 - 1), batch * heads_q along y (up to 65535).

@@ -94,13 +94,13 @@ const char* cudnn_attention_unsupported(const AttentionArgs& a, const Graph& gra
   if (a.head_dim % 8 != 0 || a.head_dim_v % 8 != 0 || a.head_dim > 256 || a.head_dim_v > 256) {
     return "head dims that are not multiples of 8 up to 256";
   }
-  const int64_t strides[] = {a.q_stride_b, a.q_stride_h, a.q_stride_s, a.k_stride_b,
-                             a.k_stride_h, a.k_stride_s, a.v_stride_b, a.v_stride_h,
-                             a.v_stride_s};
-  const int64_t sizes[] = {a.batch, a.heads_q, a.seq_q, a.batch, a.heads_kv, a.seq_kv,
-                           a.batch, a.heads_kv, a.seq_kv};
+  const int64_t strides[] = {a.q_stride_b,  a.q_stride_h,   a.q_stride_s,  a.k_stride_b,
+                             a.k_stride_h,  a.k_stride_s,   a.v_stride_b,  a.v_stride_h,
+                             a.v_stride_s,  a.out_stride_b, a.out_stride_h, a.out_stride_s};
+  const int64_t sizes[] = {a.batch, a.heads_q,  a.seq_q,  a.batch, a.heads_kv, a.seq_kv,
+                           a.batch, a.heads_kv, a.seq_kv, a.batch, a.heads_q,  a.seq_q};
   const int64_t elt = static_cast<int64_t>(element_size(dtype));
-  for (int i = 0; i < 9; ++i) {
+  for (int i = 0; i < 12; ++i) {
     if ((strides[i] == 0 && sizes[i] > 1) || (strides[i] * elt) % kAlignment != 0) {
       return "a broadcast or unaligned stride";
     }
@@ -165,7 +165,7 @@ StepResult make_cudnn_attention_step(const AttentionArgs& a, const InitContext& 
         ->set_output(true)
         .set_uid(kO)
         .set_dim({a.batch, a.heads_q, a.seq_q, a.head_dim_v})
-        .set_stride({a.heads_q * a.seq_q * a.head_dim_v, a.seq_q * a.head_dim_v, a.head_dim_v, 1});
+        .set_stride({a.out_stride_b, a.out_stride_h, a.out_stride_s, 1});
     fe::error_t built = graph->build(ctx.cudnn, {fe::HeurMode_t::A});
     if (built.is_bad()) {
       ET_LOG(Info,

@@ -27,6 +27,7 @@ struct Case {
   bool causal = false;
   Mask mask = Mask::kNone;
   bool strided_q = false;
+  bool bshd_out = false;  // out written as [B, Sq, Hq, Dv] (out strides), as the builder folds it
 };
 
 std::string describe(DType dtype, const Case& c) {
@@ -34,7 +35,8 @@ std::string describe(DType dtype, const Case& c) {
          std::to_string(c.hq) + " Hkv" + std::to_string(c.hkv) + " Sq" + std::to_string(c.sq) +
          " Skv" + std::to_string(c.skv) + " D" + std::to_string(c.d) + " Dv" +
          std::to_string(c.dv) + (c.causal ? " causal" : "") + " mask" +
-         std::to_string(static_cast<int>(c.mask)) + (c.strided_q ? " strided q" : "");
+         std::to_string(static_cast<int>(c.mask)) + (c.strided_q ? " strided q" : "") +
+         (c.bshd_out ? " bshd out" : "");
 }
 
 void run_case(DType dtype, const Case& c) {
@@ -80,7 +82,12 @@ void run_case(DType dtype, const Case& c) {
     a.mask = op.add_input(mask);
     for (int i = 0; i < 4; ++i) a.mask_strides[i] = ms[i];
   }
-  a.out = op.b.output(dtype, {c.b, c.hq, c.sq, c.dv});
+  if (c.bshd_out) {
+    a.out = op.b.output(dtype, {c.b, c.sq, c.hq, c.dv});
+    a.out_strides[0] = c.sq * c.hq * c.dv, a.out_strides[1] = c.dv, a.out_strides[2] = c.hq * c.dv;
+  } else {
+    a.out = op.b.output(dtype, {c.b, c.hq, c.sq, c.dv});
+  }
   op.b.attention(a);
   const auto runs = run_three_ways(op.b, op.inputs);
 
@@ -121,6 +128,15 @@ void run_case(DType dtype, const Case& c) {
         }
       }
     }
+  }
+  if (c.bshd_out) {  // the reference is [B, Hq, Sq, Dv]: permute it as the op writes
+    std::vector<double> bshd(want.size());
+    for (int64_t b = 0; b < c.b; ++b)
+      for (int64_t h = 0; h < c.hq; ++h)
+        for (int64_t i = 0; i < c.sq; ++i)
+          for (int64_t e = 0; e < c.dv; ++e)
+            bshd[((b * c.sq + i) * c.hq + h) * c.dv + e] = want[((b * c.hq + h) * c.sq + i) * c.dv + e];
+    want = std::move(bshd);
   }
   const Tol tol = dtype == DType::kFloat32   ? Tol{2e-6, 1e-4}
                   : dtype == DType::kFloat16 ? Tol{2e-3, 5e-3}
@@ -167,7 +183,9 @@ TEST_F(EngineGpu, AttentionGroupedHeadsAndStridedQueries) {
   for (DType dtype : kDtypes) {
     for (const Case& c : {Case{1, 8, 2, 32, 32, 64, 64, true, Mask::kNone, true},
                           Case{2, 6, 3, 10, 21, 40, 40, false, Mask::kAdditiveRows, true},
-                          Case{1, 4, 4, 1, 64, 64, 64, false, Mask::kNone, true}}) {
+                          Case{1, 4, 4, 1, 64, 64, 64, false, Mask::kNone, true},
+                          Case{2, 4, 2, 33, 33, 64, 64, true, Mask::kNone, true, true},
+                          Case{1, 3, 3, 17, 40, 32, 32, false, Mask::kAdditiveRows, false, true}}) {
       run_case(dtype, c);
     }
   }

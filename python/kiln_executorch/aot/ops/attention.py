@@ -209,5 +209,6 @@ def _attention(lw, node):
                 k_stride_b=ks[0], k_stride_h=ks[1], k_stride_s=ks[2],
                 v_stride_b=vs[0], v_stride_h=vs[1], v_stride_s=vs[2],
                 mask_stride_b=ms[0], mask_stride_h=ms[1], mask_stride_q=ms[2],
-                mask_stride_k=ms[3], causal=int(causal), scale=scale)
+                mask_stride_k=ms[3], causal=int(causal), scale=scale,
+                out_stride_b=hq * sq * dv, out_stride_h=sq * dv, out_stride_s=dv)
     return out
