@@ -34,6 +34,13 @@ def _reduce(m, kind, x, out, outer, reduce, inner):
     if kind == ReduceKind.ANY:
         m.write(out, None, (v != 0).any(dim=1))
         return
+    if kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
+        # torch's own: NaN is the extreme, the first index wins a tie.
+        m.write(out, None, (v.argmax if kind == ReduceKind.ARGMAX else v.argmin)(dim=1))
+        return
+    if kind == ReduceKind.MEDIAN:   # the lower median, NaN when the axis holds one
+        m.write(out, None, v.median(dim=1).values)
+        return
     floating = m.g.tensors[out].dtype.is_floating_point
     v = v.to(m.fp if floating or kind == ReduceKind.MEAN else torch.int64)
     y = {ReduceKind.SUM: lambda: v.sum(dim=1), ReduceKind.MEAN: lambda: v.mean(dim=1),

@@ -267,6 +267,30 @@ CASES = {
     "conv_se_block": (lambda m, x: m.c2(m.c1(x) * torch.sigmoid(m.fc(F.adaptive_avg_pool2d(
         m.c1(x), 1)))), (x4d,), dict(c1=nn.Conv2d(4, 6, 3, padding=1), fc=nn.Conv2d(6, 6, 1),
                                      c2=nn.Conv2d(6, 4, 1))),
+    # argmax / argmin (kReduce's arg kinds, Int64 out): along a dim with keepdim, over everything,
+    # the first index on ties and NaN as the extreme (torch's rules), a row a block takes,
+    # integer inputs down columns.
+    "argmax_argmin_keepdim": (lambda m, x: x.argmax(1, keepdim=True) + x.argmin(-1, keepdim=True),
+                              (randn(3, 4, 5),)),
+    "argmax_argmin_flat": (lambda m, x: torch.stack(
+        [x.argmax(), x.argmin(), (x * 2).argmax(0)[1]]), (randn(4, 5),)),
+    "argmax_argmin_ties_nan": (lambda m, x, y: torch.stack(
+        [x.argmax(-1), x.argmin(-1), y.argmax(-1), y.argmin(-1)]),
+        (torch.tensor([[1.0, 3.0, 3.0, -2.0, -2.0], [0.0, 0.0, 0.0, 0.0, 0.0]]),
+         torch.tensor([[1.0, float("nan"), 3.0, float("nan"), -1.0],
+                       [-float("inf"), -float("inf"), float("inf"), float("inf"), 0.0]]))),
+    "argmax_long_rows": (lambda m, x: x.argmax(-1) - x.argmin(1), (randn(3, 3000),)),
+    "argmax_int_columns": (lambda m, i: i.argmax(0) * 10 + i.int().argmin(0),
+                           (randint(4, 6, 7),)),
+    # median (kReduce's median kind: the lower median, NaN when the axis holds one): over
+    # everything, along a middle dim of even length with keepdim, integers with ties, NaN rows.
+    "median_global": (lambda m, x: torch.median(x * 2), (randn(5, 7),)),
+    "median_dim_even_keepdim": (lambda m, x: torch.median(x, 1, keepdim=True).values + 1,
+                                (randn(3, 6, 4),)),
+    "median_int_ties": (lambda m, i: torch.median(i, -1)[0] * 10 + torch.median(i),
+                        (randint(4, 5, 6),)),
+    "median_nan": (lambda m, x: torch.median(x, -1).values, (torch.tensor(
+        [[1.0, float("nan"), 3.0, 0.5], [4.0, -1.0, 2.0, 2.0]]),)),
 }
 
 
@@ -338,6 +362,9 @@ def refused(found, op):
      "input_scale"),
     (lambda m, x: F.interpolate(x, size=(5, 7)), (randn(1, 2, 3, 4),),
      "aten.upsample_nearest2d.vec", "whole factors only"),
+    (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
+    (lambda m, x: torch.median(x, 1).indices, (x45,), "aten.median.dim",
+     "the indices output is used"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
     modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
