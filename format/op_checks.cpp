@@ -318,4 +318,12 @@ void check(OpDecoder& d, const GatherArgs& a) {
   d.check_extent("x", a.x, a.rank + 1, sizes, 0, strides);
 }
 
+void check(OpDecoder& d, const EmbeddingBagArgs& a) {
+  table_checks(d, a);
+  if (d.ok() && a.num_bags != a.num_offsets && a.num_bags + 1 != a.num_offsets) {
+    d.fail("num_bags (%lld) must be num_offsets (%lld) or one less", ll(a.num_bags),
+           ll(a.num_offsets));
+  }
+}
+
 }  // namespace kiln::engine::op_decoder

@@ -36,6 +36,7 @@ TEST(OpTable, EnumCountsComeFromTheTable) {
   expect_dense_and_named<blob::PoolKind>(2);
   expect_dense_and_named<blob::Epilogue>(7);
   expect_dense_and_named<blob::FusedForm>(3);
+  expect_dense_and_named<blob::BagMode>(3);
   EXPECT_EQ(int64_t(blob::UnaryKind::kElu), blob::kCount<blob::UnaryKind> - 1);
 }
 

@@ -291,6 +291,19 @@ CASES = {
                         (randint(4, 5, 6),)),
     "median_nan": (lambda m, x: torch.median(x, -1).values, (torch.tensor(
         [[1.0, float("nan"), 3.0, 0.5], [4.0, -1.0, 2.0, 2.0]]),)),
+    # embedding_bag (kEmbeddingBag, offsets read on the device): each mode, an empty bag with the
+    # last offset closing the last bag, Int32 indices, and 2-D input (fixed-size bags).
+    "embedding_bag_sum": (lambda m, i, o: m.bag(i, o) * 2, (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]),
+                                                             torch.tensor([0, 4])),
+                          dict(bag=nn.EmbeddingBag(10, 3, mode="sum"))),
+    "embedding_bag_mean_empty_last_offset": (lambda m, i, o: m.bag(i, o), (
+        torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 8])),
+        dict(bag=nn.EmbeddingBag(10, 5, mode="mean", include_last_offset=True))),
+    "embedding_bag_max_int32": (lambda m, i, o: m.bag(i, o), (
+        torch.tensor([5, 20, 10, 43, 7], dtype=torch.int32),
+        torch.tensor([0, 2, 4], dtype=torch.int32)), dict(bag=nn.EmbeddingBag(50, 10, mode="max"))),
+    "embedding_bag_2d_input": (lambda m, i: m.bag(i), (randint(10, 3, 4),),
+                               dict(bag=nn.EmbeddingBag(10, 6, mode="max"))),
 }
 
 
@@ -365,9 +378,12 @@ def refused(found, op):
     (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
     (lambda m, x: torch.median(x, 1).indices, (x45,), "aten.median.dim",
      "the indices output is used"),
+    (lambda m, i, o, w: F.embedding_bag(i, m.table, o, mode="sum", per_sample_weights=w),
+     (randint(10, 6), torch.tensor([0, 2]), randn(6)), "aten._embedding_bag.default",
+     "per_sample_weights"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
-    modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
+    modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3), table=nn.Parameter(randn(10, 3)))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
 
