@@ -35,8 +35,8 @@ class Fn(nn.Module):
         return self.fn(self, *args)
 
 
-def bn(channels, seed=1):
-    m = nn.BatchNorm2d(channels)
+def bn(channels, seed=1, kind=nn.BatchNorm2d):
+    m = kind(channels)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         m.running_mean.copy_(torch.randn(channels, generator=gen) * 0.2)
@@ -282,6 +282,37 @@ CASES = {
     "argmax_long_rows": (lambda m, x: x.argmax(-1) - x.argmin(1), (randn(3, 3000),)),
     "argmax_int_columns": (lambda m, i: i.argmax(0) * 10 + i.int().argmin(0),
                            (randint(4, 6, 7),)),
+    # 1-D convolutions (a kConv2d of height 1): Whisper's encoder stem (k=3, pad=1, stride 1 then
+    # 2, gelu after each, then [B, T, C]), grouped and dilated with a folded BatchNorm1d, and a
+    # 1x1 convolution of a length-1 sequence (a GEMM).
+    "conv1d_whisper_stem": (lambda m, x: F.gelu(m.c2(F.gelu(m.c1(x)))).permute(0, 2, 1),
+                            (randn(1, 8, 20),),
+                            dict(c1=nn.Conv1d(8, 16, 3, padding=1),
+                                 c2=nn.Conv1d(16, 16, 3, stride=2, padding=1))),
+    "conv1d_grouped_dilated_bn": (lambda m, x: torch.relu(m.bn(m.conv(x))), (randn(2, 4, 15),),
+                                  dict(conv=nn.Conv1d(4, 6, 3, dilation=2, groups=2, bias=False),
+                                       bn=bn(6, kind=nn.BatchNorm1d))),
+    "conv1d_pointwise_length_1": (lambda m, x: m.conv(x) + 1, (randn(3, 4, 1),),
+                                  dict(conv=nn.Conv1d(4, 5, 1))),
+    "conv1d_residual_block": (lambda m, x: torch.relu(m.c2(torch.relu(m.c1(x))) + m.c1(x)),
+                              (randn(2, 8, 12),), dict(c1=nn.Conv1d(8, 8, 3, padding=1),
+                                                       c2=nn.Conv1d(8, 8, 5, padding=2))),
+    # Transposed convolutions (a kConv2d of the input spread out by the stride, the weight
+    # flipped and its channels swapped ahead of time): strided and grouped with output padding,
+    # stride 1 (the convolution pads by itself), a padding past the window that crops, 1-D.
+    "conv_transpose2d_strided_grouped": (lambda m, x: m.conv(x), (randn(2, 4, 5, 4),),
+                                         dict(conv=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1,
+                                                                      output_padding=1,
+                                                                      groups=2))),
+    "conv_transpose2d_same_relu": (lambda m, x: torch.relu(m.conv(x)), (x4d,),
+                                   dict(conv=nn.ConvTranspose2d(4, 3, 3, padding=1))),
+    "conv_transpose2d_crop_dilated": (lambda m, x: m.conv(x), (randn(1, 3, 6, 5),),
+                                      dict(conv=nn.ConvTranspose2d(3, 2, (3, 2), stride=(2, 3),
+                                                                   padding=(3, 1),
+                                                                   dilation=(1, 2),
+                                                                   bias=False))),
+    "conv_transpose1d": (lambda m, x: F.gelu(m.conv(x)), (randn(2, 4, 9),),
+                         dict(conv=nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1))),
     # median (kReduce's median kind: the lower median, NaN when the axis holds one): over
     # everything, along a middle dim of even length with keepdim, integers with ties, NaN rows.
     "median_global": (lambda m, x: torch.median(x * 2), (randn(5, 7),)),
@@ -353,10 +384,10 @@ def refused(found, op):
     (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),
     (lambda m, x: torch.sigmoid(x), (randint(5, 3),), "aten.sigmoid.default",
      "floating tensors only"),
-    (lambda m, x: m.conv(x), (randn(1, 4, 8, 8),), "aten.convolution.default",
-     "transposed convolution"),
-    (lambda m, x: m.conv1d(x), (randn(1, 4, 8),), "aten.convolution.default",
-     "1-D convolution"),
+    (lambda m, x, w: F.conv_transpose2d(x, w * 2), (randn(1, 4, 8, 8), randn(4, 2, 3, 3)),
+     "aten.convolution.default", "transposed convolution with a weight computed at run time"),
+    (lambda m, x: m.conv3d(x), (randn(1, 4, 5, 6, 7),), "aten.convolution.default",
+     "3-D convolution: Kiln runs 1-D and 2-D only"),
     (lambda m, x: F.max_pool2d(x, 2, return_indices=True)[1].float(), (x4d,),
      "aten.max_pool2d_with_indices.default", "the indices output is used"),
     (lambda m, x: F.avg_pool2d(x, 2, divisor_override=3), (x4d,), "aten.avg_pool2d.default",
@@ -383,7 +414,7 @@ def refused(found, op):
      "per_sample_weights"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
-    modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3), table=nn.Parameter(randn(10, 3)))
+    modules = dict(conv3d=nn.Conv3d(4, 4, 3), table=nn.Parameter(randn(10, 3)))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
 
