@@ -297,6 +297,35 @@ CASES = {
     "conv1d_residual_block": (lambda m, x: torch.relu(m.c2(torch.relu(m.c1(x))) + m.c1(x)),
                               (randn(2, 8, 12),), dict(c1=nn.Conv1d(8, 8, 3, padding=1),
                                                        c2=nn.Conv1d(8, 8, 5, padding=2))),
+    # Resampling (resampling.py: gathers at torch's source positions, weighted sums, matrices):
+    # bilinear by a scale factor, by a size with align_corners, down; nearest by fractional sizes
+    # and by a fractional factor whose size happens to be a whole multiple (torch reads
+    # floor(i / 3.1) there, not i // 3); adaptive average and max pools with windows that do not
+    # divide the input and with uniform ones (a kPool2d); 1-D pools (torch pools them as 2-D).
+    "upsample_bilinear_scale": (lambda m, x: F.interpolate(x * 2, scale_factor=1.5,
+                                                           mode="bilinear"), (randn(1, 2, 5, 4),)),
+    "upsample_bilinear_align_corners": (lambda m, x: F.interpolate(
+        x + 1, size=(7, 9), mode="bilinear", align_corners=True), (randn(2, 3, 4, 5),)),
+    "upsample_bilinear_2x": (lambda m, x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+                             (randn(1, 2, 3, 4),)),
+    "upsample_bilinear_down": (lambda m, x: F.interpolate(x, size=(3, 2), mode="bilinear"),
+                               (randn(1, 2, 7, 5),)),
+    "upsample_nearest_fractional": (lambda m, x: F.interpolate(x * 2, size=(5, 7)),
+                                    (randn(1, 2, 3, 4),)),
+    "upsample_nearest_fractional_scale": (lambda m, x: F.interpolate(x, scale_factor=(3.1, 1.5)),
+                                          (randn(1, 2, 5, 4),)),
+    "adaptive_avg_pool_uneven": (lambda m, x: F.adaptive_avg_pool2d(x * 2, (3, 5)),
+                                 (randn(1, 2, 7, 9),)),
+    "adaptive_avg_pool_uniform": (lambda m, x: F.adaptive_avg_pool2d(x + 1, (2, 3)),
+                                  (randn(2, 3, 4, 9),)),
+    "adaptive_max_pool_uneven": (lambda m, x: F.adaptive_max_pool2d(x * 2, (3, 4)),
+                                 (randn(1, 2, 7, 9),)),
+    "adaptive_max_pool_uniform": (lambda m, x: F.adaptive_max_pool2d(x + 1, 2),
+                                  (randn(1, 3, 6, 4),)),
+    "adaptive_pool1d": (lambda m, x: F.adaptive_avg_pool1d(x, 4) + F.adaptive_max_pool1d(x, 4),
+                        (randn(2, 3, 10),)),
+    "pool1d": (lambda m, x: F.avg_pool1d(x, 3, 2, padding=1) + F.max_pool1d(x, 3, 2, padding=1),
+               (randn(2, 3, 11),)),
     # Transposed convolutions (a kConv2d of the input spread out by the stride, the weight
     # flipped and its channels swapped ahead of time): strided and grouped with output padding,
     # stride 1 (the convolution pads by itself), a padding past the window that crops, 1-D.
@@ -404,8 +433,6 @@ def refused(found, op):
      "index with 2 index tensors on values computed at run time"),
     (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
      "input_scale"),
-    (lambda m, x: F.interpolate(x, size=(5, 7)), (randn(1, 2, 3, 4),),
-     "aten.upsample_nearest2d.vec", "whole factors only"),
     (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
     (lambda m, x: torch.median(x, 1).indices, (x45,), "aten.median.dim",
      "the indices output is used"),
