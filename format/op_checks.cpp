@@ -118,9 +118,16 @@ void check(OpDecoder& d, const ReduceArgs& a) {
   } else if (a.kind == blob::ReduceKind::kMean) {
     d.require_dtype(a.out, "out", is_floating(out), "a floating dtype for mean");
   }
+  const bool arg = a.kind == blob::ReduceKind::kArgmax || a.kind == blob::ReduceKind::kArgmin;
+  if (arg) {
+    d.require_dtype(a.out, "out", out == blob::DType::kInt64, "Int64 for argmax/argmin");
+  } else if (a.kind == blob::ReduceKind::kMedian) {
+    d.require_same_dtype(a.out, "out", a.x, "x");
+  }
   if (d.ok() && a.reduce == 0 && kept > 0 &&
-      (a.kind == blob::ReduceKind::kAmax || a.kind == blob::ReduceKind::kAmin)) {
-    d.fail("amax/amin over an empty axis (reduce = 0) has no identity");
+      (arg || a.kind == blob::ReduceKind::kAmax || a.kind == blob::ReduceKind::kAmin ||
+       a.kind == blob::ReduceKind::kMedian)) {
+    d.fail("amax/amin/argmax/argmin/median over an empty axis (reduce = 0) has no identity");
   }
 }
 
@@ -309,6 +316,14 @@ void check(OpDecoder& d, const GatherArgs& a) {
   sizes[a.rank] = a.dim_size;
   strides[a.rank] = a.index_stride;
   d.check_extent("x", a.x, a.rank + 1, sizes, 0, strides);
+}
+
+void check(OpDecoder& d, const EmbeddingBagArgs& a) {
+  table_checks(d, a);
+  if (d.ok() && a.num_bags != a.num_offsets && a.num_bags + 1 != a.num_offsets) {
+    d.fail("num_bags (%lld) must be num_offsets (%lld) or one less", ll(a.num_bags),
+           ll(a.num_offsets));
+  }
 }
 
 }  // namespace kiln::engine::op_decoder

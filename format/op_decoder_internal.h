@@ -396,6 +396,7 @@ void check(OpDecoder& d, const Pool2dArgs& a);
 void check(OpDecoder& d, const FusedElementwiseArgs& a);
 void check(OpDecoder& d, const AttentionArgs& a);
 void check(OpDecoder& d, const GatherArgs& a);
+void check(OpDecoder& d, const EmbeddingBagArgs& a);
 
 /// Fills the Args struct of a `custom` op (op_table.def) from its decoded fields.
 void fill(OpDecoder& d, FusedElementwiseArgs& a);

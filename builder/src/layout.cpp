@@ -141,6 +141,12 @@ class Layout {
   explicit Layout(Graph& g) : g_(g) {}
 
   void run() {
+    // Every view names its root directly: a view of a view (a 1-D convolution's [N, C, 1, L] view
+    // of a fused activation's [N, C, L] result, itself a view of the convolution before) must
+    // keep reading the root when an intermediate view is redirected to an NCHW copy below.
+    for (Tensor& t : g_.tensors) {
+      if (t.alias_of != kNoTensor) t.alias_of = g_.root(t.alias_of);
+    }
     std::vector<Op> ops = std::move(g_.ops);
     g_.ops.clear();
     std::vector<std::vector<Op>> before(ops.size());
@@ -213,6 +219,17 @@ class Layout {
     return copy;
   }
 
+  // `t` as a view of `like`'s logical shape when its own differs (a 1-D convolution's [N, C, L]
+  // residual for its [N, C, 1, L] result): the layout copies index 4-D shapes.
+  int64_t logical_view(int64_t t, int64_t like) {
+    const Shape shape = g_.tensors[size_t(like)].shape;
+    if (g_.tensors[size_t(t)].shape == shape) return t;
+    const Tensor src = g_.tensors[size_t(t)];   // a copy: add_tensor may move the tensors
+    const int64_t view = g_.add_tensor(src.dtype, shape, src.name + "_view");
+    g_.tensors[size_t(view)].alias_of = g_.root(t);
+    return view;
+  }
+
   // The conv's weight [K, C / groups, kH, kW] in KRSC order: a permuted copy of a weight's bytes,
   // or a permuting kCopy before the op for a computed one.
   int64_t krsc_weight(int64_t w, std::vector<Op>& before) {
@@ -247,7 +264,9 @@ class Layout {
     switch (op.opcode) {
       case blob::Opcode::kConv2d: {
         op.at("x") = as_nhwc(op.at("x"), before);
-        if (op.at("residual") != kNoTensor) op.at("residual") = as_nhwc(op.at("residual"), before);
+        if (op.at("residual") != kNoTensor) {
+          op.at("residual") = as_nhwc(logical_view(op.at("residual"), op.out()), before);
+        }
         op.at("weight") = krsc_weight(op.at("weight"), before);
         op.at("channels_last") = 1;
         nhwc_.insert(g_.root(op.out()));

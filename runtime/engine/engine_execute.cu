@@ -314,6 +314,19 @@ Error CudaEngine::range_error() const {
                 "the index tensor) is outside [-%lld, %lld); zeros were written in its place",
                 op, flag.index, flag.position, size, size);
   }
+  if (op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbeddingBag) {
+    const auto& a = std::get<EmbeddingBagArgs>(graph_.ops[op].args);
+    if (flag.position < 0) {
+      return fail(nullptr, Error::InvalidArgument,
+                  "Kiln engine: op %zu (embedding_bag): bag %lld reaches offset %lld, outside "
+                  "[0, %lld] (offsets must rise within the indices); zeros were written for it",
+                  op, -1 - flag.position, flag.index, static_cast<long long>(a.num_indices));
+    }
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: op %zu (embedding_bag): index %lld at position %lld is outside "
+                "[0, %lld); the row was left out of its bag",
+                op, flag.index, flag.position, static_cast<long long>(a.vocab));
+  }
   const int64_t vocab = op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbedding
                             ? std::get<EmbeddingArgs>(graph_.ops[op].args).vocab
                             : -1;

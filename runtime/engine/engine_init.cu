@@ -119,7 +119,8 @@ Error CudaEngine::init() {
   }
   has_range_checks_ = has_opcode(graph_, blob::Opcode::kEmbedding) ||
                       has_opcode(graph_, blob::Opcode::kIndexPut) ||
-                      has_opcode(graph_, blob::Opcode::kGather);
+                      has_opcode(graph_, blob::Opcode::kGather) ||
+                      has_opcode(graph_, blob::Opcode::kEmbeddingBag);
   if (has_range_checks_) {
     KILN_ASSIGN_OR_RETURN(s->error_flag,
                           DeviceBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));

@@ -185,6 +185,13 @@ class BlobBuilder {
     op(blob::Opcode::kIndexPut, {values, positions, out, outer, dim_size, inner, num_positions});
   }
 
+  void embedding_bag(int64_t weight, int64_t indices, int64_t offsets, int64_t out,
+                     blob::BagMode mode, int64_t num_indices, int64_t num_offsets,
+                     int64_t num_bags, int64_t dim, int64_t vocab) {
+    op(blob::Opcode::kEmbeddingBag, {weight, indices, offsets, out, static_cast<int64_t>(mode),
+                                     num_indices, num_offsets, num_bags, dim, vocab});
+  }
+
   void gather(int64_t x, int64_t index, int64_t out, const Sizes& sizes, const Sizes& x_strides,
               const Sizes& index_strides, int64_t index_stride, int64_t dim_size) {
     std::vector<int64_t> v = {x, index, out, static_cast<int64_t>(sizes.size())};

@@ -81,7 +81,7 @@ TEST(BlobReader, UnknownEnumKindsFail) {
       {1, 0, 18, "operand 0 (kind) is 18, not a known BinaryKind"},
       {2, 0, 32, "operand 0 (kind) is 32, not a known UnaryKind"},
       {2, 0, -1, "not a known UnaryKind"},
-      {6, 0, 5, "not a known ReduceKind"},
+      {6, 0, 8, "not a known ReduceKind"},
       {10, 0, 2, "not a known PoolKind"},
       {0, 16, 7, "operand 16 (epilogue) is 7, not a known Epilogue"},
       {0, 8, 2, "operand 8 (trans_a) is 2"},

@@ -90,8 +90,9 @@ FusedForm = _enum("FusedForm")
 ReduceKind = _enum("ReduceKind")
 PoolKind = _enum("PoolKind")
 Epilogue = _enum("Epilogue")
+BagMode = _enum("BagMode")
 for _e in (DType, Opcode, Storage, Precision, BinaryKind, UnaryKind, FusedForm, ReduceKind,
-           PoolKind, Epilogue):
+           PoolKind, Epilogue, BagMode):
     _e.__module__ = __name__
 
 MAX_FUSED_INPUTS = _FORMAT["max_fused_inputs"]

@@ -10,10 +10,12 @@ from executorch.exir.schema import DataLocation, DeviceType, Tensor
 
 from .partitioner import KilnPartitioner
 
-# Operators outside the core ATen set that ExecuTorch's default compile config refuses in an edge
-# program. Its verifier checks the edge graph before partitioning, so the exception is needed
-# whether Kiln takes the operator or exclude_ops leaves it to ExecuTorch's CPU kernels.
-NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default]
+# Operators outside the core ATen set (and without a decomposition into it) that ExecuTorch's
+# default compile config refuses in an edge program. Its verifier checks the edge graph before
+# partitioning, so the exception is needed whether Kiln takes the operator or exclude_ops leaves
+# it to ExecuTorch's CPU kernels.
+NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default, torch.ops.aten.adaptive_max_pool2d.default,
+                    torch.ops.aten.median.default, torch.ops.aten.median.dim]
 
 
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,

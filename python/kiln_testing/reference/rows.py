@@ -1,9 +1,9 @@
 """Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kCumsum,
-kEmbedding, kIndexPut (the state write) and kGather."""
+kEmbedding, kEmbeddingBag, kIndexPut (the state write) and kGather."""
 
 import torch
 
-from kiln_executorch.aot.blob_format import Opcode, ReduceKind
+from kiln_executorch.aot.blob_format import BagMode, Opcode, ReduceKind
 
 from .machine import BlobExecutionError, semantics, strided_index
 
@@ -34,6 +34,13 @@ def _reduce(m, kind, x, out, outer, reduce, inner):
     if kind == ReduceKind.ANY:
         m.write(out, None, (v != 0).any(dim=1))
         return
+    if kind in (ReduceKind.ARGMAX, ReduceKind.ARGMIN):
+        # torch's own: NaN is the extreme, the first index wins a tie.
+        m.write(out, None, (v.argmax if kind == ReduceKind.ARGMAX else v.argmin)(dim=1))
+        return
+    if kind == ReduceKind.MEDIAN:   # the lower median, NaN when the axis holds one
+        m.write(out, None, v.median(dim=1).values)
+        return
     floating = m.g.tensors[out].dtype.is_floating_point
     v = v.to(m.fp if floating or kind == ReduceKind.MEAN else torch.int64)
     y = {ReduceKind.SUM: lambda: v.sum(dim=1), ReduceKind.MEAN: lambda: v.mean(dim=1),
@@ -56,6 +63,29 @@ def _embedding(m, weight, indices, out, num_indices, dim, vocab):
         raise BlobExecutionError(f"embedding index {int(idx[bad][0])} outside [0, {vocab})")
     w = m.read(weight)[:vocab * dim].reshape(vocab, dim)
     m.write(out, None, w[idx])
+
+
+@semantics(Opcode.EMBEDDING_BAG)
+def _embedding_bag(m, weight, indices, offsets, out, mode, num_indices, num_offsets, num_bags,
+                   dim, vocab):
+    idx = m.read(indices).to(torch.int64)
+    off = m.read(offsets).to(torch.int64)
+    w = m.read(weight).reshape(vocab, dim).to(m.fp)
+    reduce = {BagMode.SUM: lambda r: r.sum(0), BagMode.MEAN: lambda r: r.mean(0),
+              BagMode.MAX: lambda r: r.amax(0)}[BagMode(mode)]
+    rows = []
+    for b in range(num_bags):
+        start, end = int(off[b]), int(off[b + 1]) if b + 1 < num_offsets else num_indices
+        if start < 0 or end < start or end > num_indices:
+            raise BlobExecutionError(f"embedding_bag bag {b} is [{start}, {end}), outside "
+                                     f"[0, {num_indices}]")
+        bag = idx[start:end]
+        bad = (bag < 0) | (bag >= vocab)
+        if bool(bad.any()):
+            raise BlobExecutionError(f"embedding_bag index {int(bag[bad][0])} outside "
+                                     f"[0, {vocab})")
+        rows.append(reduce(w[bag]) if len(bag) else torch.zeros(dim, dtype=m.fp))
+    m.write(out, None, torch.stack(rows) if rows else torch.zeros(0))
 
 
 @semantics(Opcode.INDEX_PUT)

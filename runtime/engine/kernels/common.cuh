@@ -194,6 +194,21 @@ __device__ __forceinline__ T warp_reduce(T v, Op op) {
   return v;
 }
 
+/// The rows a group of kGroup threads (a warp, or the whole block) takes: rows first, first +
+/// stride, ... of a grid-stride loop, this thread being lane `lane` of its group.
+struct RowGroup {
+  int lane;
+  int64_t first, stride;
+};
+
+template <int kGroup>
+__device__ __forceinline__ RowGroup row_group() {
+  const int64_t groups_per_block = blockDim.x / kGroup;
+  return {static_cast<int>(threadIdx.x % kGroup),
+          blockIdx.x * groups_per_block + threadIdx.x / kGroup,
+          static_cast<int64_t>(gridDim.x) * groups_per_block};
+}
+
 /// Reduces over a group of kGroup threads that work on one row: a warp (kGroup == 32) or the whole
 /// block (kGroup == blockDim.x, a multiple of 32). Every thread of the group gets the result.
 /// `scratch` is shared memory for kGroup / 32 values.

@@ -97,10 +97,92 @@ class EmbeddingStep final : public Step {
   bool int64_indices_;
 };
 
+// --- Embedding bags: a block per bag (grid-stride over bags), its threads across the row. Bag b
+// holds indices[offsets[b], end) with end offsets[b + 1], or num_indices for the last offset.
+// Sums run in fp32 in index order (torch's CPU order); max keeps the first of equal values; an
+// empty bag is 0. A bag outside [0, num_indices) or an index outside [0, vocab) flags the op and
+// writes 0 (the bag) or skips the row (the index). ---
+
+template <typename T>
+__global__ void embedding_bag_kernel(const T* __restrict__ weight, const void* __restrict__ indices,
+                                     DType index_dtype, const void* __restrict__ offsets,
+                                     DType offset_dtype, T* __restrict__ out, EmbeddingBagArgs a,
+                                     DeviceErrorFlag* __restrict__ flag,
+                                     unsigned long long op_plus_one) {
+  for (int64_t bag = blockIdx.x; bag < a.num_bags; bag += gridDim.x) {
+    const int64_t start = load_i64(offsets, offset_dtype, bag);
+    const int64_t end =
+        bag + 1 < a.num_offsets ? load_i64(offsets, offset_dtype, bag + 1) : a.num_indices;
+    const bool bad_bag = start < 0 || end < start || end > a.num_indices;
+    if (bad_bag && threadIdx.x == 0 && atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
+      flag->index = start < 0 || start > a.num_indices ? start : end;
+      flag->position = -1 - bag;  // a bag, not an index: told apart by the sign
+    }
+    for (int64_t col = threadIdx.x; col < a.dim; col += blockDim.x) {
+      float acc = 0.0f;
+      bool any = false;
+      for (int64_t j = bad_bag ? end : start; j < end; ++j) {
+        const int64_t index = load_i64(indices, index_dtype, j);
+        if (index < 0 || index >= a.vocab) {
+          if (col == 0 && atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
+            flag->index = index;
+            flag->position = j;
+          }
+          continue;
+        }
+        const float v = to_float(weight[index * a.dim + col]);
+        if (a.mode == blob::BagMode::kMax) {
+          acc = !any || v > acc ? v : acc;
+        } else {
+          acc += v;
+        }
+        any = true;
+      }
+      if (a.mode == blob::BagMode::kMean && end > start) {
+        acc /= static_cast<float>(end - start);
+      }
+      out[bag * a.dim + col] = from_float<T>(any ? acc : 0.0f);
+    }
+  }
+}
+
+class EmbeddingBagStep final : public Step {
+ public:
+  EmbeddingBagStep(const EmbeddingBagArgs& args, const Graph& graph)
+      : a_(args),
+        dtype_(graph.tensors[args.weight].dtype),
+        index_dtype_(graph.tensors[args.indices].dtype),
+        offset_dtype_(graph.tensors[args.offsets].dtype) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.num_bags == 0 || a_.dim == 0) {
+      return Error::Ok;
+    }
+    const unsigned threads = a_.dim >= kBlock ? kBlock : static_cast<unsigned>((a_.dim + 31) / 32 * 32);
+    const unsigned blocks = blocks_for(a_.num_bags, 1, ctx.max_blocks);
+    const auto op = static_cast<unsigned long long>(ctx.op_index) + 1;
+    visit_floating(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      embedding_bag_kernel<T><<<blocks, threads, 0, ctx.stream>>>(
+          ctx.ptr<const T>(a_.weight), ctx.ptr(a_.indices), index_dtype_, ctx.ptr(a_.offsets),
+          offset_dtype_, ctx.ptr<T>(a_.out), a_, ctx.error_flag, op);
+    });
+    return Error::Ok;
+  }
+
+ private:
+  EmbeddingBagArgs a_;
+  DType dtype_, index_dtype_, offset_dtype_;
+};
+
 }  // namespace
 
 StepResult make_embedding_step(const EmbeddingArgs& args, const InitContext& ctx) {
   return std::unique_ptr<Step>(new EmbeddingStep(args, ctx.graph));
+}
+
+StepResult make_embedding_bag_step(const EmbeddingBagArgs& args, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new EmbeddingBagStep(args, ctx.graph));
 }
 
 }  // namespace kiln::engine::kernels

@@ -87,18 +87,15 @@ __global__ void reduce_rows_kernel(const T* __restrict__ x, void* __restrict__ o
   using Acc = AccOf<T>;
   __shared__ Acc scratch[32];
   const Combine<Acc> combine{kind};
-  const int lane = threadIdx.x % kGroup;
-  const int64_t groups_per_block = blockDim.x / kGroup;
-  const int64_t first = blockIdx.x * groups_per_block + threadIdx.x / kGroup;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * groups_per_block;
-  for (int64_t row = first; row < rows; row += stride) {
+  const RowGroup group = row_group<kGroup>();
+  for (int64_t row = group.first; row < rows; row += group.stride) {
     const T* xr = x + row * cols;
     Acc acc = identity<Acc>(kind);
-    for (int64_t c = lane; c < cols; c += kGroup) {
+    for (int64_t c = group.lane; c < cols; c += kGroup) {
       acc = combine(acc, value<T, Acc>(kind, xr[c]));
     }
     acc = group_reduce<kGroup>(acc, combine, scratch);
-    if (lane == 0) {
+    if (group.lane == 0) {
       store_result(out, out_dtype, row, acc, kind, cols);
     }
   }
@@ -124,6 +121,191 @@ __global__ void reduce_columns_kernel(const T* __restrict__ x, void* __restrict_
   }
 }
 
+// --- Argmax / argmin: the index of the first largest / smallest element, NaN counting as the
+// largest (argmax) and the smallest (argmin), as torch gives. Values compare in fp32 (exact for
+// every floating storage type) or int64. ---
+
+template <typename T>
+using ArgValueOf = std::conditional_t<std::is_integral_v<T>, int64_t, float>;
+
+template <typename T>
+__device__ __forceinline__ ArgValueOf<T> arg_value(T v) {
+  if constexpr (std::is_integral_v<T>) {
+    return to_int(v);
+  } else {
+    return to_float(v);
+  }
+}
+
+template <typename V>
+struct ArgAcc {
+  V v;
+  int64_t i;
+};
+
+template <typename V>
+__device__ __forceinline__ ArgAcc<V> arg_identity(bool is_max) {
+  if constexpr (std::is_integral_v<V>) {
+    return {is_max ? INT64_MIN : INT64_MAX, INT64_MAX};
+  } else {
+    return {is_max ? -INFINITY : INFINITY, INT64_MAX};
+  }
+}
+
+// Whether `a` wins over `b`: a NaN wins over a number, a strictly better value wins, and between
+// equals (two NaNs included) the smaller index wins.
+template <typename V>
+__device__ __forceinline__ ArgAcc<V> arg_combine(ArgAcc<V> a, ArgAcc<V> b, bool is_max) {
+  if constexpr (!std::is_integral_v<V>) {
+    const bool an = a.v != a.v, bn = b.v != b.v;
+    if (an || bn) {
+      if (an && bn) return a.i <= b.i ? a : b;
+      return an ? a : b;
+    }
+  }
+  if (a.v != b.v) {
+    return (is_max ? a.v > b.v : a.v < b.v) ? a : b;
+  }
+  return a.i <= b.i ? a : b;
+}
+
+template <typename V>
+__device__ __forceinline__ ArgAcc<V> arg_warp_reduce(ArgAcc<V> acc, bool is_max) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const ArgAcc<V> other{__shfl_xor_sync(0xffffffffu, acc.v, offset),
+                          __shfl_xor_sync(0xffffffffu, acc.i, offset)};
+    acc = arg_combine(acc, other, is_max);
+  }
+  return acc;
+}
+
+// inner == 1: a group of kGroup threads (warp or whole block) per contiguous row.
+template <typename T, int kGroup>
+__global__ void arg_rows_kernel(const T* __restrict__ x, int64_t* __restrict__ out, int64_t rows,
+                                int64_t cols, bool is_max) {
+  using V = ArgValueOf<T>;
+  __shared__ V scratch_v[32];
+  __shared__ int64_t scratch_i[32];
+  const RowGroup group = row_group<kGroup>();
+  for (int64_t row = group.first; row < rows; row += group.stride) {
+    const T* xr = x + row * cols;
+    ArgAcc<V> acc = arg_identity<V>(is_max);
+    for (int64_t c = group.lane; c < cols; c += kGroup) {
+      acc = arg_combine(acc, ArgAcc<V>{arg_value(xr[c]), c}, is_max);
+    }
+    acc = arg_warp_reduce(acc, is_max);
+    if constexpr (kGroup > 32) {
+      const int warp = threadIdx.x >> 5;
+      __syncthreads();  // earlier readers of scratch are done
+      if ((threadIdx.x & 31) == 0) {
+        scratch_v[warp] = acc.v;
+        scratch_i[warp] = acc.i;
+      }
+      __syncthreads();
+      acc = ArgAcc<V>{scratch_v[0], scratch_i[0]};
+#pragma unroll
+      for (int w = 1; w < kGroup / 32; ++w) {
+        acc = arg_combine(acc, ArgAcc<V>{scratch_v[w], scratch_i[w]}, is_max);
+      }
+    }
+    if (group.lane == 0) {
+      out[row] = acc.i;
+    }
+  }
+}
+
+// inner > 1: a thread per output walks the reduced axis with stride `inner`.
+template <typename T>
+__global__ void arg_columns_kernel(const T* __restrict__ x, int64_t* __restrict__ out,
+                                   int64_t outer, int64_t reduce, int64_t inner, bool is_max) {
+  using V = ArgValueOf<T>;
+  const int64_t outputs = outer * inner;
+  for (int64_t i = thread_index(); i < outputs; i += thread_count()) {
+    const int64_t o = i / inner;
+    const T* base = x + o * reduce * inner + (i - o * inner);
+    ArgAcc<V> acc = arg_identity<V>(is_max);
+    for (int64_t r = 0; r < reduce; ++r) {
+      acc = arg_combine(acc, ArgAcc<V>{arg_value(base[r * inner]), r}, is_max);
+    }
+    out[i] = acc.i;
+  }
+}
+
+template <typename T>
+void enqueue_arg_reduce(const ReduceArgs& a, const T* x, int64_t* out, const RunContext& ctx) {
+  const bool is_max = a.kind == ReduceKind::kArgmax;
+  if (a.inner > 1) {
+    const unsigned blocks = blocks_for(a.outer * a.inner, kBlock, ctx.max_blocks);
+    arg_columns_kernel<T>
+        <<<blocks, kBlock, 0, ctx.stream>>>(x, out, a.outer, a.reduce, a.inner, is_max);
+  } else if (a.reduce <= kWarpRowLimit) {
+    constexpr int kRowsPerBlock = kBlock / 32;
+    const unsigned blocks = blocks_for(a.outer, kRowsPerBlock, ctx.max_blocks);
+    arg_rows_kernel<T, 32><<<blocks, kBlock, 0, ctx.stream>>>(x, out, a.outer, a.reduce, is_max);
+  } else {
+    const unsigned blocks = blocks_for(a.outer, 1, ctx.max_blocks);
+    arg_rows_kernel<T, kRowBlock>
+        <<<blocks, kRowBlock, 0, ctx.stream>>>(x, out, a.outer, a.reduce, is_max);
+  }
+}
+
+// --- Median: the lower median (the (reduce - 1) / 2-th smallest, torch's median) along the
+// axis, NaN when the axis holds one. A warp per output: each lane ranks its candidates by counting
+// the smaller and equal elements, and the first lane whose candidate's rank range holds the
+// median's writes it. O(reduce^2) reads per output, meant for the short axes models take medians
+// of; no sort and no scratch memory. ---
+
+template <typename T>
+__global__ void median_kernel(const T* __restrict__ x, void* __restrict__ out, DType out_dtype,
+                              int64_t outer, int64_t reduce, int64_t inner) {
+  using V = ArgValueOf<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const int64_t k = (reduce - 1) / 2;
+  for (int64_t o = thread_index() / 32; o < outer * inner; o += warps) {
+    const int64_t oo = o / inner;
+    const T* base = x + oo * reduce * inner + (o - oo * inner);
+    if constexpr (!std::is_integral_v<V>) {
+      bool nan = false;
+      for (int64_t r = lane; r < reduce; r += 32) {
+        const V v = arg_value(base[r * inner]);
+        nan |= v != v;
+      }
+      if (__any_sync(0xffffffffu, nan)) {
+        if (lane == 0) store_f64(out, out_dtype, o, NAN);
+        continue;
+      }
+    }
+    for (int64_t j0 = 0; j0 < reduce; j0 += 32) {
+      const int64_t j = j0 + lane;
+      bool hit = false;
+      V c{};
+      if (j < reduce) {
+        c = arg_value(base[j * inner]);
+        int64_t less = 0, equal = 0;
+        for (int64_t r = 0; r < reduce; ++r) {
+          const V v = arg_value(base[r * inner]);
+          less += v < c;
+          equal += v == c;
+        }
+        hit = less <= k && k < less + equal;
+      }
+      const unsigned hits = __ballot_sync(0xffffffffu, hit);
+      if (hits != 0u) {
+        if (lane == __ffs(hits) - 1) {
+          if constexpr (std::is_integral_v<V>) {
+            store_i64(out, out_dtype, o, c);
+          } else {
+            store_f64(out, out_dtype, o, c);
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
 class ReduceStep final : public Step {
  public:
   ReduceStep(const ReduceArgs& args, const Graph& graph)
@@ -139,7 +321,13 @@ class ReduceStep final : public Step {
     visit_dtype(x_dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* x = ctx.ptr<const T>(a_.x);
-      if (a_.inner > 1) {
+      if (a_.kind == ReduceKind::kArgmax || a_.kind == ReduceKind::kArgmin) {
+        enqueue_arg_reduce<T>(a_, x, static_cast<int64_t*>(out), ctx);
+      } else if (a_.kind == ReduceKind::kMedian) {
+        const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock / 32, ctx.max_blocks);
+        median_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer,
+                                                            a_.reduce, a_.inner);
+      } else if (a_.inner > 1) {
         const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock, ctx.max_blocks);
         reduce_columns_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer,
                                                                     a_.reduce, a_.inner, a_.kind);

@@ -55,7 +55,8 @@ def test_record_layouts_match(name, fmt, fields):
 
 
 @pytest.mark.parametrize("enum", [bf.Storage, bf.Precision, bf.BinaryKind, bf.UnaryKind,
-                                  bf.ReduceKind, bf.PoolKind, bf.Epilogue, bf.FusedForm])
+                                  bf.ReduceKind, bf.PoolKind, bf.Epilogue, bf.FusedForm,
+                                  bf.BagMode])
 def test_enum_matches(enum):
     assert {m.name: m.value for m in enum} == {
         k.upper(): v for k, v in DESC["enums"][enum.__name__]}

@@ -35,8 +35,8 @@ class Fn(nn.Module):
         return self.fn(self, *args)
 
 
-def bn(channels, seed=1):
-    m = nn.BatchNorm2d(channels)
+def bn(channels, seed=1, kind=nn.BatchNorm2d):
+    m = kind(channels)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         m.running_mean.copy_(torch.randn(channels, generator=gen) * 0.2)
@@ -267,6 +267,103 @@ CASES = {
     "conv_se_block": (lambda m, x: m.c2(m.c1(x) * torch.sigmoid(m.fc(F.adaptive_avg_pool2d(
         m.c1(x), 1)))), (x4d,), dict(c1=nn.Conv2d(4, 6, 3, padding=1), fc=nn.Conv2d(6, 6, 1),
                                      c2=nn.Conv2d(6, 4, 1))),
+    # argmax / argmin (kReduce's arg kinds, Int64 out): along a dim with keepdim, over everything,
+    # the first index on ties and NaN as the extreme (torch's rules), a row a block takes,
+    # integer inputs down columns.
+    "argmax_argmin_keepdim": (lambda m, x: x.argmax(1, keepdim=True) + x.argmin(-1, keepdim=True),
+                              (randn(3, 4, 5),)),
+    "argmax_argmin_flat": (lambda m, x: torch.stack(
+        [x.argmax(), x.argmin(), (x * 2).argmax(0)[1]]), (randn(4, 5),)),
+    "argmax_argmin_ties_nan": (lambda m, x, y: torch.stack(
+        [x.argmax(-1), x.argmin(-1), y.argmax(-1), y.argmin(-1)]),
+        (torch.tensor([[1.0, 3.0, 3.0, -2.0, -2.0], [0.0, 0.0, 0.0, 0.0, 0.0]]),
+         torch.tensor([[1.0, float("nan"), 3.0, float("nan"), -1.0],
+                       [-float("inf"), -float("inf"), float("inf"), float("inf"), 0.0]]))),
+    "argmax_long_rows": (lambda m, x: x.argmax(-1) - x.argmin(1), (randn(3, 3000),)),
+    "argmax_int_columns": (lambda m, i: i.argmax(0) * 10 + i.int().argmin(0),
+                           (randint(4, 6, 7),)),
+    # 1-D convolutions (a kConv2d of height 1): Whisper's encoder stem (k=3, pad=1, stride 1 then
+    # 2, gelu after each, then [B, T, C]), grouped and dilated with a folded BatchNorm1d, and a
+    # 1x1 convolution of a length-1 sequence (a GEMM).
+    "conv1d_whisper_stem": (lambda m, x: F.gelu(m.c2(F.gelu(m.c1(x)))).permute(0, 2, 1),
+                            (randn(1, 8, 20),),
+                            dict(c1=nn.Conv1d(8, 16, 3, padding=1),
+                                 c2=nn.Conv1d(16, 16, 3, stride=2, padding=1))),
+    "conv1d_grouped_dilated_bn": (lambda m, x: torch.relu(m.bn(m.conv(x))), (randn(2, 4, 15),),
+                                  dict(conv=nn.Conv1d(4, 6, 3, dilation=2, groups=2, bias=False),
+                                       bn=bn(6, kind=nn.BatchNorm1d))),
+    "conv1d_pointwise_length_1": (lambda m, x: m.conv(x) + 1, (randn(3, 4, 1),),
+                                  dict(conv=nn.Conv1d(4, 5, 1))),
+    "conv1d_residual_block": (lambda m, x: torch.relu(m.c2(torch.relu(m.c1(x))) + m.c1(x)),
+                              (randn(2, 8, 12),), dict(c1=nn.Conv1d(8, 8, 3, padding=1),
+                                                       c2=nn.Conv1d(8, 8, 5, padding=2))),
+    # Resampling (resampling.py: gathers at torch's source positions, weighted sums, matrices):
+    # bilinear by a scale factor, by a size with align_corners, down; nearest by fractional sizes
+    # and by a fractional factor whose size happens to be a whole multiple (torch reads
+    # floor(i / 3.1) there, not i // 3); adaptive average and max pools with windows that do not
+    # divide the input and with uniform ones (a kPool2d); 1-D pools (torch pools them as 2-D).
+    "upsample_bilinear_scale": (lambda m, x: F.interpolate(x * 2, scale_factor=1.5,
+                                                           mode="bilinear"), (randn(1, 2, 5, 4),)),
+    "upsample_bilinear_align_corners": (lambda m, x: F.interpolate(
+        x + 1, size=(7, 9), mode="bilinear", align_corners=True), (randn(2, 3, 4, 5),)),
+    "upsample_bilinear_2x": (lambda m, x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+                             (randn(1, 2, 3, 4),)),
+    "upsample_bilinear_down": (lambda m, x: F.interpolate(x, size=(3, 2), mode="bilinear"),
+                               (randn(1, 2, 7, 5),)),
+    "upsample_nearest_fractional": (lambda m, x: F.interpolate(x * 2, size=(5, 7)),
+                                    (randn(1, 2, 3, 4),)),
+    "upsample_nearest_fractional_scale": (lambda m, x: F.interpolate(x, scale_factor=(3.1, 1.5)),
+                                          (randn(1, 2, 5, 4),)),
+    "adaptive_avg_pool_uneven": (lambda m, x: F.adaptive_avg_pool2d(x * 2, (3, 5)),
+                                 (randn(1, 2, 7, 9),)),
+    "adaptive_avg_pool_uniform": (lambda m, x: F.adaptive_avg_pool2d(x + 1, (2, 3)),
+                                  (randn(2, 3, 4, 9),)),
+    "adaptive_max_pool_uneven": (lambda m, x: F.adaptive_max_pool2d(x * 2, (3, 4)),
+                                 (randn(1, 2, 7, 9),)),
+    "adaptive_max_pool_uniform": (lambda m, x: F.adaptive_max_pool2d(x + 1, 2),
+                                  (randn(1, 3, 6, 4),)),
+    "adaptive_pool1d": (lambda m, x: F.adaptive_avg_pool1d(x, 4) + F.adaptive_max_pool1d(x, 4),
+                        (randn(2, 3, 10),)),
+    "pool1d": (lambda m, x: F.avg_pool1d(x, 3, 2, padding=1) + F.max_pool1d(x, 3, 2, padding=1),
+               (randn(2, 3, 11),)),
+    # Transposed convolutions (a kConv2d of the input spread out by the stride, the weight
+    # flipped and its channels swapped ahead of time): strided and grouped with output padding,
+    # stride 1 (the convolution pads by itself), a padding past the window that crops, 1-D.
+    "conv_transpose2d_strided_grouped": (lambda m, x: m.conv(x), (randn(2, 4, 5, 4),),
+                                         dict(conv=nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1,
+                                                                      output_padding=1,
+                                                                      groups=2))),
+    "conv_transpose2d_same_relu": (lambda m, x: torch.relu(m.conv(x)), (x4d,),
+                                   dict(conv=nn.ConvTranspose2d(4, 3, 3, padding=1))),
+    "conv_transpose2d_crop_dilated": (lambda m, x: m.conv(x), (randn(1, 3, 6, 5),),
+                                      dict(conv=nn.ConvTranspose2d(3, 2, (3, 2), stride=(2, 3),
+                                                                   padding=(3, 1),
+                                                                   dilation=(1, 2),
+                                                                   bias=False))),
+    "conv_transpose1d": (lambda m, x: F.gelu(m.conv(x)), (randn(2, 4, 9),),
+                         dict(conv=nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1))),
+    # median (kReduce's median kind: the lower median, NaN when the axis holds one): over
+    # everything, along a middle dim of even length with keepdim, integers with ties, NaN rows.
+    "median_global": (lambda m, x: torch.median(x * 2), (randn(5, 7),)),
+    "median_dim_even_keepdim": (lambda m, x: torch.median(x, 1, keepdim=True).values + 1,
+                                (randn(3, 6, 4),)),
+    "median_int_ties": (lambda m, i: torch.median(i, -1)[0] * 10 + torch.median(i),
+                        (randint(4, 5, 6),)),
+    "median_nan": (lambda m, x: torch.median(x, -1).values, (torch.tensor(
+        [[1.0, float("nan"), 3.0, 0.5], [4.0, -1.0, 2.0, 2.0]]),)),
+    # embedding_bag (kEmbeddingBag, offsets read on the device): each mode, an empty bag with the
+    # last offset closing the last bag, Int32 indices, and 2-D input (fixed-size bags).
+    "embedding_bag_sum": (lambda m, i, o: m.bag(i, o) * 2, (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]),
+                                                             torch.tensor([0, 4])),
+                          dict(bag=nn.EmbeddingBag(10, 3, mode="sum"))),
+    "embedding_bag_mean_empty_last_offset": (lambda m, i, o: m.bag(i, o), (
+        torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 8])),
+        dict(bag=nn.EmbeddingBag(10, 5, mode="mean", include_last_offset=True))),
+    "embedding_bag_max_int32": (lambda m, i, o: m.bag(i, o), (
+        torch.tensor([5, 20, 10, 43, 7], dtype=torch.int32),
+        torch.tensor([0, 2, 4], dtype=torch.int32)), dict(bag=nn.EmbeddingBag(50, 10, mode="max"))),
+    "embedding_bag_2d_input": (lambda m, i: m.bag(i), (randint(10, 3, 4),),
+                               dict(bag=nn.EmbeddingBag(10, 6, mode="max"))),
 }
 
 
@@ -316,10 +413,10 @@ def refused(found, op):
     (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),
     (lambda m, x: torch.sigmoid(x), (randint(5, 3),), "aten.sigmoid.default",
      "floating tensors only"),
-    (lambda m, x: m.conv(x), (randn(1, 4, 8, 8),), "aten.convolution.default",
-     "transposed convolution"),
-    (lambda m, x: m.conv1d(x), (randn(1, 4, 8),), "aten.convolution.default",
-     "1-D convolution"),
+    (lambda m, x, w: F.conv_transpose2d(x, w * 2), (randn(1, 4, 8, 8), randn(4, 2, 3, 3)),
+     "aten.convolution.default", "transposed convolution with a weight computed at run time"),
+    (lambda m, x: m.conv3d(x), (randn(1, 4, 5, 6, 7),), "aten.convolution.default",
+     "3-D convolution: Kiln runs 1-D and 2-D only"),
     (lambda m, x: F.max_pool2d(x, 2, return_indices=True)[1].float(), (x4d,),
      "aten.max_pool2d_with_indices.default", "the indices output is used"),
     (lambda m, x: F.avg_pool2d(x, 2, divisor_override=3), (x4d,), "aten.avg_pool2d.default",
@@ -336,11 +433,15 @@ def refused(found, op):
      "index with 2 index tensors on values computed at run time"),
     (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
      "input_scale"),
-    (lambda m, x: F.interpolate(x, size=(5, 7)), (randn(1, 2, 3, 4),),
-     "aten.upsample_nearest2d.vec", "whole factors only"),
+    (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
+    (lambda m, x: torch.median(x, 1).indices, (x45,), "aten.median.dim",
+     "the indices output is used"),
+    (lambda m, i, o, w: F.embedding_bag(i, m.table, o, mode="sum", per_sample_weights=w),
+     (randint(10, 6), torch.tensor([0, 2]), randn(6)), "aten._embedding_bag.default",
+     "per_sample_weights"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
-    modules = dict(conv=nn.ConvTranspose2d(4, 4, 3), conv1d=nn.Conv1d(4, 4, 3))
+    modules = dict(conv3d=nn.Conv3d(4, 4, 3), table=nn.Parameter(randn(10, 3)))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
 

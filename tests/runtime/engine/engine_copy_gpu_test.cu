@@ -1,6 +1,6 @@
 // The ops that move or produce values without arithmetic, on a GPU against a host reference
 // (engine_gpu_fixture.h says how): copy (transpose, permute, slice, expand, casts), embedding
-// (gathering rows, and an out-of-range index reported on the device) and fill.
+// (gathering rows, and an out-of-range index reported on the device), embedding bags and fill.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <cuda_runtime.h>
@@ -141,11 +141,17 @@ TEST_F(EngineGpu, EmbeddingGathersRows) {
   }
 }
 
+// A random fp32 [10, 4] embedding table, as a weight of `b`.
+int64_t random_table(BlobBuilder& b, HostTensor& table) {
+  table = random(DType::kFloat32, {10, 4});
+  const std::vector<uint8_t> bytes = table.bytes();
+  return b.weight(DType::kFloat32, {10, 4}, bytes.data());
+}
+
 TEST_F(EngineGpu, EmbeddingIndexOutOfRangeIsReportedAndTheEngineRecovers) {
   BlobBuilder b;
-  const HostTensor table = random(DType::kFloat32, {10, 4});
-  const std::vector<uint8_t> tb = table.bytes();
-  const int64_t wi = b.weight(DType::kFloat32, {10, 4}, tb.data());
+  HostTensor table;
+  const int64_t wi = random_table(b, table);
   const int64_t ii = b.input(DType::kInt64, {3});
   const int64_t out = b.output(DType::kFloat32, {3, 4});
   b.embedding(wi, ii, out, 3, 4, 10);
@@ -174,6 +180,98 @@ TEST_F(EngineGpu, EmbeddingIndexOutOfRangeIsReportedAndTheEngineRecovers) {
         for (int k = 0; k < 4; ++k)
           EXPECT_EQ(result[r * 4 + k], static_cast<float>(table.v[good[r] * 4 + k]));
     }
+  }
+}
+
+// Embedding bags: every mode, Int64 and Int32 indices and offsets, a wide row (several words a
+// thread), an empty bag, and the last offset closing the last bag or not (include_last_offset).
+TEST_F(EngineGpu, EmbeddingBagSumMeanMaxEmptyBagsAndLastOffset) {
+  const blob::BagMode modes[] = {blob::BagMode::kSum, blob::BagMode::kMean, blob::BagMode::kMax};
+  for (DType index_dtype : {DType::kInt64, DType::kInt32}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+      for (int64_t dim : {5, 300}) {
+        for (bool last_offset : {false, true}) {
+          OneOp c;
+          const int64_t vocab = 10, num_indices = 9;
+          const HostTensor table = random(dtype, {vocab, dim});
+          const std::vector<uint8_t> tb = table.bytes();
+          const int64_t wi = c.b.weight(dtype, {vocab, dim}, tb.data());
+          const HostTensor idx = random_int(index_dtype, {num_indices}, 0, vocab - 1);
+          // Bags [0, 3), [3, 3) (empty), [3, 8), then [8, 9) closed by the last offset or by the
+          // end of the indices.
+          HostTensor off{index_dtype, {last_offset ? 5 : 4}, {0, 3, 3, 8}};
+          if (last_offset) off.v.push_back(num_indices);
+          const int64_t num_offsets = static_cast<int64_t>(off.v.size()), num_bags = 4;
+          const int64_t ii = c.add_input(idx), oi = c.add_input(off);
+          for (blob::BagMode mode : modes) {
+            c.b.embedding_bag(wi, ii, oi, c.b.output(dtype, {num_bags, dim}), mode, num_indices,
+                              num_offsets, num_bags, dim, vocab);
+          }
+          const auto runs = run_three_ways(c.b, c.inputs);
+          const int64_t bounds[5] = {0, 3, 3, 8, num_indices};
+          for (size_t m = 0; m < std::size(modes); ++m) {
+            std::vector<double> want(static_cast<size_t>(num_bags * dim), 0.0);
+            for (int64_t b = 0; b < num_bags; ++b) {
+              for (int64_t k = 0; k < dim; ++k) {
+                double acc = 0;
+                for (int64_t j = bounds[b]; j < bounds[b + 1]; ++j) {
+                  const double v = table.v[static_cast<int64_t>(idx.v[j]) * dim + k];
+                  acc = modes[m] == blob::BagMode::kMax ? (j == bounds[b] ? v : std::max(acc, v))
+                                                        : acc + v;
+                }
+                const int64_t count = bounds[b + 1] - bounds[b];
+                if (modes[m] == blob::BagMode::kMean && count > 0) acc /= double(count);
+                want[b * dim + k] = round_to(dtype, acc);
+              }
+            }
+            expect_output(runs, m, want, tol_for(dtype, 8),
+                          std::string(dtype_name(dtype)) + " embedding_bag mode " +
+                              std::to_string(m) + " dim " + std::to_string(dim) +
+                              (last_offset ? " last offset" : ""));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(EngineGpu, EmbeddingBagBadIndexOrOffsetIsReported) {
+  BlobBuilder b;
+  HostTensor table;
+  const int64_t wi = random_table(b, table);
+  const int64_t ii = b.input(DType::kInt64, {4});
+  const int64_t oi = b.input(DType::kInt64, {2});
+  const int64_t out = b.output(DType::kFloat32, {2, 4});
+  b.embedding_bag(wi, ii, oi, out, blob::BagMode::kSum, 4, 2, 2, 4, 10);
+  const std::vector<uint8_t> blob = b.build();
+  auto engine = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(engine.ok()) << g_log;
+  struct Bad {
+    int64_t indices[4], offsets[2];
+    const char* message;
+  };
+  const Bad cases[] = {{{1, 12, 2, 3}, {0, 2}, "index 12 at position 1 is outside [0, 10)"},
+                       {{1, 2, 2, 3}, {0, 5}, "reaches offset 5, outside [0, 4]"},
+                       {{1, 2, 2, 3}, {3, 1}, "bag 0 reaches offset 1"}};
+  std::vector<float> result(8, -7.0f);
+  const Binding o{result.data(), result.size() * sizeof(float), false};
+  for (const Bad& bad : cases) {
+    const Binding in[2] = {{const_cast<int64_t*>(bad.indices), sizeof(bad.indices), false},
+                           {const_cast<int64_t*>(bad.offsets), sizeof(bad.offsets), false}};
+    g_log.clear();
+    EXPECT_EQ((*engine)->execute(Span<const Binding>(in, 2), Span<const Binding>(&o, 1)),
+              Error::InvalidArgument);
+    EXPECT_NE(g_log.find(bad.message), std::string::npos) << g_log;
+  }
+  const int64_t good_indices[4] = {9, 0, 4, 4}, good_offsets[2] = {0, 1};
+  const Binding gin[2] = {{const_cast<int64_t*>(good_indices), sizeof(good_indices), false},
+                          {const_cast<int64_t*>(good_offsets), sizeof(good_offsets), false}};
+  ASSERT_EQ((*engine)->execute(Span<const Binding>(gin, 2), Span<const Binding>(&o, 1)),
+            Error::Ok)
+      << g_log;
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(result[k], static_cast<float>(table.v[9 * 4 + k]));
+    EXPECT_FLOAT_EQ(result[4 + k], static_cast<float>(table.v[k] + 2 * table.v[4 * 4 + k]));
   }
 }
 

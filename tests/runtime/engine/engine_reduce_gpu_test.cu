@@ -146,6 +146,92 @@ TEST_F(EngineGpu, ReduceEveryKindRowsAndColumns) {
   }
 }
 
+// argmax / argmin: every launch shape (warp rows, block rows, columns), ties drawn from a small
+// integer range (the first index must win), NaN planted in floating rows (NaN is the extreme).
+TEST_F(EngineGpu, ArgmaxArgminTiesAndNan) {
+  struct Case {
+    int64_t outer, reduce, inner;
+  };
+  for (const Case& rc : {Case{5, 37, 1}, Case{2, 5000, 1}, Case{3, 40, 6}, Case{4, 1, 3}}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                        DType::kInt64}) {
+      const bool floating = is_floating(dtype);
+      OneOp c;
+      HostTensor x = random_int(dtype, {rc.outer, rc.reduce, rc.inner}, -3, 3);
+      if (floating && rc.reduce > 1) {
+        // Row 0 gets one NaN (late in the row), the last row two (the first must win).
+        const int64_t r0 = rc.reduce - 1, r1 = rc.reduce / 2;
+        x.v[(0 * rc.reduce + r0) * rc.inner] = kNan;
+        x.v[((rc.outer - 1) * rc.reduce + r1) * rc.inner] = kNan;
+        x.v[((rc.outer - 1) * rc.reduce + r0) * rc.inner] = kNan;
+      }
+      const int64_t xi = c.add_input(x);
+      for (blob::ReduceKind kind : {blob::ReduceKind::kArgmax, blob::ReduceKind::kArgmin}) {
+        c.b.reduce(kind, xi, c.b.output(DType::kInt64, {rc.outer, rc.inner}), rc.outer,
+                   rc.reduce, rc.inner);
+      }
+      const auto runs = run_three_ways(c.b, c.inputs);
+      for (size_t k = 0; k < 2; ++k) {
+        std::vector<double> want(static_cast<size_t>(rc.outer * rc.inner));
+        for (int64_t o = 0; o < rc.outer; ++o) {
+          for (int64_t in = 0; in < rc.inner; ++in) {
+            int64_t best = 0;
+            for (int64_t r = 1; r < rc.reduce; ++r) {
+              const double v = x.v[(o * rc.reduce + r) * rc.inner + in];
+              const double b = x.v[(o * rc.reduce + best) * rc.inner + in];
+              if (std::isnan(b)) break;
+              if (std::isnan(v) || (k == 0 ? v > b : v < b)) best = r;
+            }
+            want[o * rc.inner + in] = static_cast<double>(best);
+          }
+        }
+        expect_output(runs, k, want, Tol{0, 0},
+                      std::string(dtype_name(dtype)) + (k == 0 ? " argmax " : " argmin ") +
+                          std::to_string(rc.outer) + "x" + std::to_string(rc.reduce) + "x" +
+                          std::to_string(rc.inner));
+      }
+    }
+  }
+}
+
+// median: the lower median of odd and even axes (rows and columns), ties from a small integer
+// range, NaN planted in the first slice of floating inputs (the median is then NaN).
+TEST_F(EngineGpu, MedianLowerOfOddEvenRowsColumnsAndNan) {
+  struct Case {
+    int64_t outer, reduce, inner;
+  };
+  for (const Case& rc : {Case{5, 7, 1}, Case{3, 8, 1}, Case{2, 40, 6}, Case{3, 1, 2},
+                         Case{2, 300, 1}}) {
+    for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt32, DType::kInt64}) {
+      OneOp c;
+      HostTensor x = is_floating(dtype) && rc.reduce > 20
+                         ? random(dtype, {rc.outer, rc.reduce, rc.inner})
+                         : random_int(dtype, {rc.outer, rc.reduce, rc.inner}, -4, 4);
+      if (is_floating(dtype) && rc.reduce > 1) x.v[rc.inner] = kNan;  // slice (0, 0)
+      const int64_t xi = c.add_input(x);
+      c.b.reduce(blob::ReduceKind::kMedian, xi, c.b.output(dtype, {rc.outer, rc.inner}),
+                 rc.outer, rc.reduce, rc.inner);
+      const auto runs = run_three_ways(c.b, c.inputs);
+      std::vector<double> want(static_cast<size_t>(rc.outer * rc.inner));
+      for (int64_t o = 0; o < rc.outer; ++o) {
+        for (int64_t in = 0; in < rc.inner; ++in) {
+          std::vector<double> slice;
+          for (int64_t r = 0; r < rc.reduce; ++r)
+            slice.push_back(x.v[(o * rc.reduce + r) * rc.inner + in]);
+          const bool nan = std::any_of(slice.begin(), slice.end(), [](double v) {
+            return std::isnan(v);
+          });
+          std::sort(slice.begin(), slice.end());
+          want[o * rc.inner + in] = nan ? kNan : slice[static_cast<size_t>((rc.reduce - 1) / 2)];
+        }
+      }
+      expect_output(runs, 0, want, Tol{0, 0},
+                    std::string(dtype_name(dtype)) + " median " + std::to_string(rc.outer) + "x" +
+                        std::to_string(rc.reduce) + "x" + std::to_string(rc.inner));
+    }
+  }
+}
+
 TEST_F(EngineGpu, ReduceOverAnEmptyAxis) {
   OneOp c;
   const HostTensor x = random(DType::kFloat32, {3, 0});

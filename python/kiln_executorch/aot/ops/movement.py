@@ -183,24 +183,3 @@ def _copy(lw, node):
     lw.copy(lw.tensor(src), out, out_shape, 0, broadcast_strides(shape(src), out_shape), 0,
             contiguous_strides(out_shape))
     return out
-
-
-def _upsample_nearest_check(node, ctx):
-    (n, c, h, w), (_, _, ho, wo) = shape(node.args[0]), shape(node)
-    if h == 0 or w == 0 or ho % h or wo % w:
-        return (f"nearest upsampling {h}x{w} -> {ho}x{wo}: Kiln upsamples by whole factors "
-                "only")
-    return None
-
-
-@family.lowers(aten.upsample_nearest2d.vec, check=_upsample_nearest_check)
-def _upsample_nearest(lw, node):
-    """By whole factors (sh, sw): out viewed as [N, C, H, sh, W, sw] reads x[n, c, h, w] with
-    zero strides along the repeats, one kCopy."""
-    (n, c, h, w), (_, _, ho, wo) = shape(node.args[0]), shape(node)
-    sh, sw = ho // h, wo // w
-    out = lw.new(node)
-    sizes = [n, c, h, sh, w, sw]
-    lw.copy(lw.tensor(node.args[0]), out, sizes, 0, [c * h * w, h * w, w, 0, 1, 0], 0,
-            contiguous_strides(sizes))
-    return out

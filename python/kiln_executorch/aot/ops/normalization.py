@@ -79,10 +79,13 @@ def _batch_norm(lw, node):
         w_node, b_node = x.args[1], x.args[2]
         if w_node in c and (b_node is None or b_node in c):
             conv_bias = c[b_node].double() if b_node is not None else 0.0
-            conv.operands["weight"] = lw.g.add_weight(
-                (c[w_node].double() * scale.reshape(-1, 1, 1, 1)).to(x_dtype))
+            w = c[w_node].double()
+            folded = w * scale.reshape((-1,) + (1,) * (w.dim() - 1))
+            # In the shape the op reads (a 1-D convolution's weight is 4-D there).
+            op_shape = lw.g.tensors[conv.operands["weight"]].shape
+            conv.operands["weight"] = lw.g.add_weight(folded.reshape(op_shape).to(x_dtype))
             conv.operands["bias"] = lw.g.add_weight((conv_bias * scale + shift).to(x_dtype))
-            return conv.out, None, None
+            return lw.tid[x], None, None
     sizes = shape(x)
     channel = (-1,) + (1,) * (len(sizes) - 2)
     scaled = lw.binary(BinaryKind.MUL, x, scale.reshape(channel).to(x_dtype), sizes, x_dtype)

@@ -1,13 +1,14 @@
 """Reductions over some or all dims: mean, sum, amax, amin, any (kReduce, one per run of
-adjacent reduced dims); prefix sums along one dim (kCumsum)."""
+adjacent reduced dims); argmax / argmin and median along one dim or over everything (one
+kReduce); prefix sums along one dim (kCumsum)."""
 
 import math
 
 import torch
 
 from ..blob_format import Opcode, ReduceKind
-from .common import (any_input, aten_op, arguments, dtype, floating_input, numeric_input, shape,
-                     wrap_dim)
+from .common import (any_input, aten_op, arguments, dtype, floating_input, numeric_input,
+                     only_first_output_used, shape, wrap_dim)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -63,6 +64,53 @@ family.register_kinds(numeric_input, _reduction,
                       {ReduceKind.AMAX: aten.amax.default, ReduceKind.AMIN: aten.amin.default})
 family.register_kinds(any_input, _reduction,
                       {ReduceKind.ANY: (aten.any.default, aten.any.dim, aten.any.dims)})
+
+
+def _along_one_dim_check(node, ctx):
+    """argmax / argmin / median: a number input and a non-empty axis (torch has no value for an
+    empty one)."""
+    x = node.args[0]
+    if dtype(x) == torch.bool:
+        return "Bool input: this operator runs on numbers only (as in torch)"
+    dim = arguments(node).get("dim")
+    sizes = shape(x)
+    reduced = math.prod(sizes) if dim is None or not sizes else sizes[wrap_dim(dim, len(sizes))]
+    if reduced == 0:
+        return "a reduction over an empty axis"
+    return None
+
+
+def _median_check(node, ctx):
+    if aten_op(node) == aten.median.dim:   # (values, indices); median.default has no indices
+        return only_first_output_used(node, "the indices output") or \
+            _along_one_dim_check(node, ctx)
+    return _along_one_dim_check(node, ctx)
+
+
+def _along_one_dim(kind):
+    def lower(lw, node):
+        """argmax / argmin(x, dim=None, keepdim=False), median(x) and median(x, dim, keepdim):
+        with dim, x viewed as [outer, dim, inner]; without, x flattened (an argmax then indexes
+        the flattened tensor)."""
+        x, dim = node.args[0], arguments(node).get("dim")
+        sizes = list(shape(x))
+        if dim is None or not sizes:
+            outer, reduced, inner = 1, math.prod(sizes), 1
+        else:
+            d = wrap_dim(dim, len(sizes))
+            outer, reduced, inner = math.prod(sizes[:d]), sizes[d], math.prod(sizes[d + 1:])
+        out = lw.new(node)
+        lw.g.add_op(Opcode.REDUCE, kind=kind, x=lw.tensor(x), out=out, outer=outer,
+                    reduce=reduced, inner=inner)
+        return (out, None) if aten_op(node) == aten.median.dim else out
+    return lower
+
+
+family.register_kinds(_along_one_dim_check, _along_one_dim,
+                      {ReduceKind.ARGMAX: aten.argmax.default,
+                       ReduceKind.ARGMIN: aten.argmin.default})
+family.register_kinds(_median_check, _along_one_dim,
+                      {ReduceKind.MEDIAN: (aten.median.default, aten.median.dim)})
 
 
 @family.lowers(aten.cumsum.default, check=any_input)

@@ -1,13 +1,14 @@
 """2-D convolution and pooling over NCHW tensors: kConv2d (a 1x1 convolution of a 1x1 image is a
-kMatmul) and kPool2d. The convolution keeps its bias (its own, or a folded batch norm's); the C++
-builder folds a following residual add and activation into it and, by default, switches conv
-nets to channels-last (NHWC) memory."""
+kMatmul; a 1-D convolution is a kConv2d of height 1, a transposed one a kConv2d of its input
+spread out by the stride) and kPool2d. The convolution keeps its bias
+(its own, or a folded batch norm's); the C++ builder folds a following residual add and
+activation into it and, by default, switches conv nets to channels-last (NHWC) memory."""
 
 import torch
 
 from ..blob_format import Epilogue, Opcode, PoolKind
-from .common import (arguments, floating_input, matmul_dtypes, only_first_output_used, pair,
-                     shape, val)
+from .common import (arguments, dtype, floating_input, matmul_dtypes, only_first_output_used,
+                     pair, shape, val)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -17,10 +18,11 @@ family = Family(__name__)
 def _convolution_check(node, ctx):
     args = arguments(node)
     x, weight = args["input"], args["weight"]
-    if args["transposed"]:
-        return "transposed convolution"
-    if val(x).dim() != 4 or val(weight).dim() != 4:
-        return f"{val(x).dim() - 2}-D convolution: Kiln runs 2-D only"
+    if val(x).dim() not in (3, 4) or val(weight).dim() != val(x).dim():
+        return f"{val(x).dim() - 2}-D convolution: Kiln runs 1-D and 2-D only"
+    if args["transposed"] and not ctx.is_constant(weight):
+        return ("transposed convolution with a weight computed at run time (Kiln flips and "
+                "transposes the weight ahead of time)")
     return matmul_dtypes(node, x, weight, args["bias"])
 
 
@@ -40,29 +42,94 @@ def _avg_pool_check(node, ctx):
     return _pool_input_check(node, ctx)
 
 
+def _conv_weight_2d(lw, weight, shape_2d):
+    """A 1-D convolution's weight [C_out, C_in / groups, K] as the [C_out, C_in / groups, 1, K]
+    kConv2d reads: a weight of its own when constant (so the channels-last pass permutes its
+    bytes ahead of time), else a view."""
+    if weight in lw.const:
+        return lw.g.add_weight(lw.const[weight].reshape(shape_2d), name=f"{weight.name}_2d")
+    return lw.g.add_alias(lw.tensor(weight), shape_2d)
+
+
+def _as_2d(v, fill, one_d):
+    """A convolution's (H, W) parameter: a 1-D convolution's one value is W's, H's is `fill`."""
+    return (fill, v[0]) if one_d else tuple(pair(v))
+
+
 @family.lowers(aten.convolution.default, check=_convolution_check)
 def _convolution(lw, node):
-    x, weight, bias, stride, padding, dilation, _, _, groups = arguments(node).values()
-    n, c_in, h, w = shape(x)
-    c_out, _, kh, kw = shape(weight)
-    out = lw.new(node)
-    (sh, sw), (ph, pw), (dh, dw) = pair(stride), pair(padding), pair(dilation)
-    if h == w == kh == kw == 1 and groups == 1 and ph == pw == 0:
+    """A 1-D convolution is a kConv2d of [N, C, 1, L] (x, weight and result viewed so); a
+    transposed one a kConv2d of the zero-interleaved input (_transposed)."""
+    args = arguments(node)
+    x, weight, bias, groups = args["input"], args["weight"], args["bias"], args["groups"]
+    one_d = val(x).dim() == 3
+    lift = (lambda s: (s[0], s[1], 1, s[2])) if one_d else tuple
+    x4, w4, out4 = lift(shape(x)), lift(shape(weight)), lift(shape(node))
+    geometry = [_as_2d(args[k], f, one_d) for k, f in
+                (("stride", 1), ("padding", 0), ("dilation", 1))]
+    if args["transposed"]:
+        xt, wt, geometry = _transposed(lw, node, x4, w4, out4, geometry)
+    elif x4[2:] == w4[2:] == (1, 1) and groups == 1 and geometry[1] == (0, 0):
         # A 1x1 convolution of a 1x1 image (squeeze-and-excitation blocks) is a GEMM:
         # out[n, :] = weight[C_out, C_in] @ x[n, :] + bias. cuBLASLt runs it with the bias and a
         # following ReLU in its epilogue; cuDNN's convolution paths are slow at this shape.
         # (No producer entry: batch-norm folding rewrites convolution weights only.)
+        out = lw.new(node)
         lw.matmul(out, (lw.tensor(x), False), (lw.tensor(weight), True),
-                  -1 if bias is None else lw.tensor(bias), 1, n, c_out, c_in,
-                  bias_shape=(c_out,), beta=1.0)
+                  -1 if bias is None else lw.tensor(bias), 1, x4[0], w4[0], x4[1],
+                  bias_shape=(w4[0],), beta=1.0)
         return out
-    lw.producer[node] = lw.g.add_op(
-        Opcode.CONV2D, x=lw.tensor(x), weight=lw.tensor(weight),
-        bias=-1 if bias is None else lw.tensor(bias), out=out, N=n, C_in=c_in, H=h, W=w,
-        C_out=c_out, kH=kh, kW=kw, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh,
-        dil_w=dw, groups=groups, H_out=shape(node)[2], W_out=shape(node)[3],
-        epilogue=Epilogue.NONE, residual=-1, channels_last=0)
-    return out
+    elif one_d:
+        xt, wt = lw.g.add_alias(lw.tensor(x), x4), _conv_weight_2d(lw, weight, w4)
+    else:
+        xt, wt = lw.tensor(x), lw.tensor(weight)
+    out = lw.g.add_tensor(dtype(node), out4, name=f"{node.name}_2d") if one_d else lw.new(node)
+    (sh, sw), (ph, pw), (dh, dw) = geometry
+    op = lw.g.add_op(
+        Opcode.CONV2D, x=xt, weight=wt, bias=-1 if bias is None else lw.tensor(bias), out=out,
+        N=x4[0], C_in=lw.g.tensors[xt].shape[1], H=lw.g.tensors[xt].shape[2],
+        W=lw.g.tensors[xt].shape[3], C_out=out4[1], kH=lw.g.tensors[wt].shape[2],
+        kW=lw.g.tensors[wt].shape[3], stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh,
+        dil_w=dw, groups=groups, H_out=out4[2], W_out=out4[3], epilogue=Epilogue.NONE,
+        residual=-1, channels_last=0)
+    if not args["transposed"]:   # batch-norm folding rewrites the weight the node names
+        lw.producer[node] = op
+    return lw.g.add_alias(out, shape(node), name=node.name) if one_d else out
+
+
+def _transposed(lw, node, x4, w4, out4, geometry):
+    """conv_transpose(x, w) with stride s, padding p, dilation d and output padding q is, per
+    axis, the stride-1 convolution with dilation d of x spread s apart (s - 1 zeros between
+    neighbours), padded by d * (k - 1) - p before and that + q after (a negative pad crops), by
+    w with input and output channels swapped (per group) and its window flipped. Returns the
+    kConv2d's input, weight and geometry. With stride 1 and the same pad on both sides, the
+    convolution pads x itself; otherwise x is copied into a zero-filled buffer (kFill, kCopy)."""
+    args = arguments(node)
+    groups = args["groups"]
+    (n, c_in, h, w), (_, c_g, kh, kw) = x4, w4
+    (sh, sw), (ph, pw), (dh, dw) = geometry
+    (qh, qw) = _as_2d(args["output_padding"], 0, len(shape(node)) == 3)
+    weight = lw.const[args["weight"]].reshape(groups, c_in // groups, c_g, kh, kw)
+    flipped = weight.transpose(1, 2).flip(3, 4).reshape(groups * c_g, c_in // groups, kh, kw)
+    wt = lw.g.add_weight(flipped.contiguous(), name=f"{node.name}_weight")
+    lo = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
+    hi = (lo[0] + qh, lo[1] + qw)
+    if sh == sw == 1 and lo == hi and min(lo) >= 0:
+        return lw.g.add_alias(lw.tensor(args["input"]), x4), wt, [(1, 1), lo, (dh, dw)]
+    hp, wp = (h - 1) * sh + 1 + lo[0] + hi[0], (w - 1) * sw + 1 + lo[1] + hi[1]
+    buffer = lw.g.add_tensor(dtype(node), (n, c_in, hp, wp), name=f"{node.name}_spread")
+    lw.g.add_op(Opcode.FILL, out=buffer, value=0.0)
+    # The input rows / columns i that land inside the buffer, at lo + i * s.
+    first = [max(0, -(lo[k] // s)) for k, s in ((0, sh), (1, sw))]
+    last = [min(size - 1, (extent - 1 - lo[k]) // s) for k, (size, extent, s) in
+            enumerate(((h, hp, sh), (w, wp, sw)))]
+    counts = [b - a + 1 for a, b in zip(first, last)]
+    if min(counts) > 0:
+        lw.copy(lw.tensor(args["input"]), buffer, [n, c_in, counts[0], counts[1]],
+                first[0] * w + first[1], [c_in * h * w, h * w, w, 1],
+                (lo[0] + first[0] * sh) * wp + lo[1] + first[1] * sw,
+                [c_in * hp * wp, hp * wp, sh * wp, sw])
+    return buffer, wt, [(1, 1), (0, 0), (dh, dw)]
 
 
 def _pool(lw, node, kind):
