@@ -74,7 +74,10 @@ class _State:
 
 
 def _save(t: torch.Tensor, path: Path) -> dict:
-    t = t.detach().contiguous()
+    """The tensor's bytes in its physical layout (a channels-last input as the .pte's dim order
+    declares it, as the suite's own golden artifacts are written)."""
+    t = t.detach()
+    t = t.permute(t.dim_order()).contiguous() if t.dim() else t.contiguous()
     raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
     path.write_bytes(raw.numpy().tobytes())
     return {"file": path.name, "dtype": NUMPY[t.dtype], "shape": list(t.shape)}
