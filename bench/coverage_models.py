@@ -125,8 +125,17 @@ LARGE = ["vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19",
          "regnet_x_32gf", "regnet_y_32gf", "vit_h_14", "regnet_y_128gf"]
 
 
+# One small model of each torchvision family first, so a run cut short covers every family.
+FIRST = ["resnet18", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "shufflenet_v2_x0_5",
+         "squeezenet1_1", "mnasnet0_5", "regnet_x_400mf", "regnet_y_400mf", "googlenet",
+         "inception_v3", "swin_t", "swin_v2_t", "maxvit_t", "vit_b_32", "efficientnet_v2_s",
+         "resnext50_32x4d", "wide_resnet50_2", "resnet50", "mobilenet_v3_large", "vgg11"]
+
+
 def all_models():
-    """{name: builder}: the HF configs, then every torchvision classification model (LARGE last)."""
+    """{name: builder}: the HF configs, then every torchvision classification model (FIRST first,
+    LARGE last)."""
     names = torchvision_names()
-    names = [n for n in names if n not in LARGE] + [n for n in LARGE if n in names]
+    names = [n for n in FIRST if n in names] + [n for n in names if n not in LARGE + FIRST] + \
+        [n for n in LARGE if n in names and n not in FIRST]
     return {**HF_MODELS, **{name: _torchvision(name) for name in names}}

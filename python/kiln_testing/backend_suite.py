@@ -23,6 +23,7 @@ lowering time and the error (bench/suite_summary.py writes the markdown summary 
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 import time
@@ -102,15 +103,21 @@ class KilnTester(Tester):
         super().__init__(module, example_inputs, stage_classes=stages,
                          dynamic_shapes=dynamic_shapes)
 
+    def to_executorch(self, to_executorch_stage=None):
+        # The lowered edge program as partitioning left it: ExecuTorch's to_executorch rewrites
+        # parts of that graph in place (out variants, memory planning), which torch cannot run.
+        lowered = self.stages[StageType.TO_EDGE_TRANSFORM_AND_LOWER].artifact.exported_program()
+        self.lowered_program = copy.deepcopy(lowered)
+        return super().to_executorch(to_executorch_stage)
+
     def run_method_and_compare_outputs(self, stage=None, inputs=None, num_runs=1, atol=1e-03,
                                        rtol=1e-03, qtol=0, statistics_callback=None,
                                        artifact_dir=None, artifact_name=None):
         inputs = inputs if inputs else next(self.generate_random_inputs())
         reference, scale = self._calculate_reference_output(
             self.stages[StageType.EXPORT].artifact, inputs)
-        lowered = self.stages[StageType.TO_EDGE_TRANSFORM_AND_LOWER].artifact.exported_program()
         with torch.no_grad():
-            actual = run_program(lowered, inputs)
+            actual = run_program(self.lowered_program, inputs)
         self._compare_outputs(reference, tuple(actual), scale, atol, rtol, qtol,
                               statistics_callback)
         if _State.out is not None and self.stages[StageType.SERIALIZE] is not None:
