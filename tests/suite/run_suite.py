@@ -1,7 +1,8 @@
 """Runs ExecuTorch's backend test suite (the copy in the pinned executorch wheel, unedited) with
 the kiln flow (python/kiln_testing/backend_suite.py, a pytest plugin):
 
-    run_suite.py [--suite operators|models] [--out DIR] [--subset ci] [pytest arguments...]
+    run_suite.py [--suite operators|models] [--out DIR] [--subset ci | --files F1,F2]
+                 [pytest arguments...]
 
 Every case is lowered with KilnPartitioner and serialized; the lowered program runs on the CPU
 through the reference interpreter against eager PyTorch (the Kiln delegate needs the GPU; the
@@ -36,9 +37,11 @@ def suite_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "backends" / "test" / "suite"
 
 
-def command(suite: str, out: Path | None, subset: str | None, extra: list[str]) -> list[str]:
+def command(suite: str, out: Path | None, subset: str | None, extra: list[str],
+            files: list[str] | None = None) -> list[str]:
     root = suite_dir() / suite
-    paths = [root / f for f in CI_FILES] if subset == "ci" else [root]
+    files = CI_FILES if subset == "ci" else files
+    paths = [root / f for f in files] if files else [root]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise SystemExit(f"run_suite: not in the executorch wheel: {', '.join(missing)}")
@@ -56,13 +59,15 @@ def main() -> int:
     ap.add_argument("--suite", choices=["operators", "models"], default="operators")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--subset", choices=["ci"])
+    ap.add_argument("--files", help="comma list of the suite's test files to run (default: all)")
     args, extra = ap.parse_known_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     with tempfile.TemporaryDirectory() as cwd:  # rootdir detection stays out of the repository
         return subprocess.call(command(args.suite, args.out and args.out.resolve(), args.subset,
-                                       extra), cwd=cwd, env=env)
+                                       extra, args.files and args.files.split(",")),
+                               cwd=cwd, env=env)
 
 
 if __name__ == "__main__":
