@@ -139,6 +139,11 @@ class KilnTester(Tester):
             "expected": [_save(y, _State.out / f"{name}_expected_{j}.bin")
                          for j, y in enumerate(_tensors(reference))]})
         _State.staged = name
+        _write_manifest()  # after each case, so a run cut short keeps what it staged
+
+
+def _write_manifest():
+    (_State.out / "manifest.json").write_text(json.dumps(_State.manifest, indent=1) + "\n")
 
 
 KILN_TEST_FLOW = TestFlow("kiln", backend="kiln", tester_factory=KilnTester)
@@ -204,4 +209,4 @@ def pytest_configure(config):
 
 def pytest_sessionfinish(session, exitstatus):
     if _State.out is not None:
-        (_State.out / "manifest.json").write_text(json.dumps(_State.manifest, indent=1) + "\n")
+        _write_manifest()
