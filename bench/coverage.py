@@ -47,9 +47,10 @@ def measure(name):
         edge = lower(module, inputs)
     except Exception as e:  # the report shows a lowering error rather than stopping
         first = (str(e).strip().splitlines() or [""])[0][:300]
-        frame = traceback.extract_tb(e.__traceback__)[-1]  # where it was raised
-        where = f"{Path(frame.filename).parent.name}/{Path(frame.filename).name}:{frame.lineno}"
-        return {"error": f"{type(e).__name__}: {first} (at {where} in {frame.name})",
+        # Where it was raised: the last two frames.
+        where = " <- ".join(f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno} "
+                            f"{f.name}" for f in traceback.extract_tb(e.__traceback__)[:-3:-1])
+        return {"error": f"{type(e).__name__}: {first} (at {where})",
                 "export_s": time.time() - t0}
     seconds = time.time() - t0
     ep = edge.exported_program()
