@@ -133,7 +133,7 @@ def summary(results):
     return lines
 
 
-def markdown(results, gpu=None):
+def markdown(results, gpu=None, note=None):
     gpu = gpu or {}
     lines = ["# Kiln coverage of real models (CPU side)", "",
              "Exported with `kiln_executorch.aot.lower` (KilnPartitioner, fp32, default settings), "
@@ -150,7 +150,7 @@ def markdown(results, gpu=None):
              f"(1 x {coverage_models.SEQ}; position ids, token types and masks built inside the "
              "model) or a 1x3x32x32 image (ViT, DINOv2, CLIP vision, patch 8); Whisper's "
              "encoder on 1x16x64 mel frames; T5's encoder. The operators are those of the "
-             "full-size models.", "", "## Summary", ""]
+             "full-size models.", ""] + ([note, ""] if note else []) + ["## Summary", ""]
     lines += summary(results)
     lines += ["", "| model | Kiln partitions | operators outside Kiln | export s | GPU error |",
               "|---|---|---|---|---|"]
@@ -192,6 +192,7 @@ def main() -> int:
     ap.add_argument("--gpu", type=Path, help="JSON {model: relative error} from the GPU check")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--note", help="a paragraph for the report (e.g. where and when it ran)")
     args = ap.parse_args()
     if args.from_jsonl:
         results = read_jsonl(args.from_jsonl)
@@ -220,7 +221,7 @@ def main() -> int:
                 print(f"    {op}: {reason}", flush=True)
     gpu = json.loads(args.gpu.read_text()) if args.gpu else None
     if args.markdown:
-        args.markdown.write_text(markdown(results, gpu))
+        args.markdown.write_text(markdown(results, gpu, args.note))
     print("\n".join(summary(results)))
     return 0
 
