@@ -9,6 +9,8 @@
 #       executorch runtime libraries, the GPU test binaries, the exported programs with inputs and
 #       eager outputs). .gpu/ is git-ignored; carry it to the GPU machine with the repository.
 #       --keys real: the real models of bench/real_models.py (with --precisions fp32,tf32,bf16).
+#       ExecuTorch's backend operator suite (tests/gpu_e2e/export_suite.py) is lowered again unless
+#       KILN_SUITE_STAGED names a finished `tests/suite/run_suite.py --out DIR` to copy.
 #       When the programs do not fit one transfer (--limit-mib) or one run (--max-keys models a
 #       bundle), prepare splits them (bench/bundle.py) into .gpu/stage-1.tar.xz, stage-2, ...
 #       (each with the install tree, the GPU tests and other programs in the first) and prints
@@ -16,7 +18,8 @@
 #   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2] [--profile]
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
 #       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
-#       export_<name>.py staged), every staged program through kiln_runner against eager PyTorch, and the
+#       export_<name>.py staged; check_suite.py: every case of ExecuTorch's backend operator suite
+#       that has a Kiln delegate), every staged program through kiln_runner against eager PyTorch, and the
 #       latency comparison with torch eager / torch.compile, and bench/roofline.py (the FFN block
 #       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
@@ -200,6 +203,9 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
   else
     echo "no cmake on this machine: consumer not built"
   fi
+  # A check that writes machine-readable results puts them here (check_suite.py: suite_gpu.json,
+  # for bench/suite_summary.py --gpu).
+  export KILN_E2E_OUT="$out"
   for check in tests/gpu_e2e/check_*.py; do
     [ -e "$check" ] || continue
     name=$(basename "$check" .py); name=${name#check_}
