@@ -67,6 +67,21 @@ INPUT_SHAPE = struct.Struct(f"<II{MAX_RANK}q")
 assert VSET_HEADER.size == VSET_HEADER_SIZE and VARIANT_RECORD.size == 16
 assert INPUT_SHAPE.size == 72
 
+# The state-key container (format/state_keys.h): names the program states of a delegate's blob or
+# variant set, so the delegates of one loaded program share them (a prefill and a decode method).
+_SKEYS = _FORMAT["skeys"]
+SKEYS_MAGIC = _SKEYS["magic"].encode()
+SKEYS_FORMAT_VERSION = _SKEYS["format_version"]
+SKEYS_HEADER_SIZE = _SKEYS["header_size"]
+MAX_STATE_KEYS = _SKEYS["max_states"]
+MAX_STATE_KEY_LENGTH = _SKEYS["max_key_length"]
+SKEYS_PAYLOAD_ALIGNMENT = _SKEYS["payload_alignment"]
+SKEYS_HEADER_FIELDS = ("magic", "format_version", "header_size", "container_size", "num_states",
+                       "reserved", "payload_offset", "payload_size")
+SKEYS_HEADER = struct.Struct("<8sIIQIIQQ")
+
+assert SKEYS_HEADER.size == SKEYS_HEADER_SIZE
+
 
 def _python_name(name):
     """"Float32" -> "FLOAT32", "gelu_erf" -> "GELU_ERF"."""
