@@ -28,21 +28,21 @@ namespace kiln::engine::skeys {
 
 inline constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'S', 'K', 'E', 'Y'};
 inline constexpr uint32_t kFormatVersion = 1;
-inline constexpr uint32_t kHeaderSize = 48;
-inline constexpr uint32_t kMaxStates = 65536;
-inline constexpr uint32_t kMaxKeyLength = 4096;
-inline constexpr uint32_t kPayloadAlignment = 8;
 
 struct StateKeysHeader {
   char magic[8];             // kMagic
   uint32_t format_version;   // kFormatVersion
   uint32_t header_size;      // kHeaderSize
-  uint64_t container_size;   // total bytes, equals the size of the buffer
   uint32_t num_states;       // 1..kMaxStates
   uint32_t reserved;         // 0
+  uint64_t container_size;   // total bytes, equals the size of the buffer
   uint64_t payload_offset;   // kPayloadAlignment aligned, after the keys
   uint64_t payload_size;     // payload_offset + payload_size == container_size
 };
-static_assert(sizeof(StateKeysHeader) == kHeaderSize, "StateKeysHeader layout");
+
+// Limits a reader enforces, and the payload's alignment.
+inline constexpr uint32_t kHeaderSize = sizeof(StateKeysHeader);
+inline constexpr uint32_t kMaxStates = 1u << 16, kMaxKeyLength = 1u << 12, kPayloadAlignment = 8;
+static_assert(kHeaderSize == 48, "StateKeysHeader layout");
 
 }  // namespace kiln::engine::skeys

@@ -15,7 +15,6 @@
 // error before anything runs. Program loading is kiln_runner's (program_loader.h).
 
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
-#include <executorch/runtime/platform/runtime.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,7 +30,6 @@
 #include "runner/diagnostics.h"
 #include "runner/program_loader.h"
 #include "runner/sampler.h"
-#include "runtime/cpu_kernels/cpu_kernels.h"
 
 namespace kiln::runner {
 namespace {
@@ -69,7 +67,7 @@ bool parse_ids(const std::string& text, std::vector<int64_t>& out) {
   return true;
 }
 
-bool parse(int argc, char** argv, LlmOptions& o, std::string& error) {
+bool parse_into(int argc, char** argv, LlmOptions& o, std::string& error) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -118,15 +116,11 @@ bool parse(int argc, char** argv, LlmOptions& o, std::string& error) {
         error = "--new-tokens must be a positive integer";
         return false;
       }
-    } else if (a == "--temperature") {
-      if (!number("--temperature", o.sampling.temperature)) return false;
-      o.sampling.greedy = false;
-    } else if (a == "--top-k") {
-      if (!number("--top-k", x)) return false;
-      o.sampling.top_k = static_cast<int64_t>(x);
-      o.sampling.greedy = false;
-    } else if (a == "--top-p") {
-      if (!number("--top-p", o.sampling.top_p)) return false;
+    } else if (a == "--temperature" || a == "--top-k" || a == "--top-p") {
+      if (!number(a.c_str(), x)) return false;
+      if (a == "--temperature") o.sampling.temperature = x;
+      else if (a == "--top-p") o.sampling.top_p = x;
+      else o.sampling.top_k = static_cast<int64_t>(x);
       o.sampling.greedy = false;
     } else if (a == "--seed") {
       if (!number("--seed", x)) return false;
@@ -229,17 +223,19 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+// Parses the command line; on a bad one prints why and the usage.
+bool parse(int argc, char** argv, LlmOptions& o) {
+  std::string error;
+  if (parse_into(argc, argv, o, error)) return true;
+  std::fprintf(stderr, "kiln_llm: %s\n%s", error.c_str(), kLlmUsage);
+  return false;
+}
+
 int llm_main(int argc, char** argv) {
   set_tool_name("kiln_llm");
   LlmOptions o;
-  std::string error;
-  if (!parse(argc, argv, o, error)) {
-    std::fprintf(stderr, "kiln_llm: %s\n%s", error.c_str(), kLlmUsage);
-    return 2;
-  }
-  install_log_filter();
-  et::runtime_init();
-  kiln::register_missing_cpu_kernels();
+  if (!parse(argc, argv, o)) return 2;
+  start_runtime();
 
   LoadedProgram loaded = load_program(o.model);
   et::Program& program = *loaded.program;

@@ -33,7 +33,6 @@
 #include "runner/options.h"
 #include "runner/program_loader.h"
 #include "runner/tensor_io.h"
-#include "runtime/cpu_kernels/cpu_kernels.h"
 
 namespace kiln::runner {
 namespace {
@@ -135,11 +134,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "kiln_runner: %s\n%s", error.c_str(), kUsage);
     return 2;
   }
-  install_log_filter();
-  et::runtime_init();
-  // KILN_RUNNER_WHEEL_KERNELS_ONLY=1: only the wheel's kernels, as an app that links just those.
-  const char* wheel_only = std::getenv("KILN_RUNNER_WHEEL_KERNELS_ONLY");
-  if (wheel_only == nullptr || std::strcmp(wheel_only, "1") != 0) kiln::register_missing_cpu_kernels();
+  start_runtime();
 
   LoadedProgram loaded = load_program(opts.model);
   LoadedMethod method_slot(*loaded.program, opts.method, opts.model);

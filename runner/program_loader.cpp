@@ -5,9 +5,22 @@
 #include <cstdio>
 #include <utility>
 
+#include <executorch/runtime/platform/runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
 #include "runner/diagnostics.h"
+#include "runtime/cpu_kernels/cpu_kernels.h"
 
 namespace kiln::runner {
+
+void start_runtime() {
+  install_log_filter();
+  et::runtime_init();
+  const char* wheel_only = std::getenv("KILN_RUNNER_WHEEL_KERNELS_ONLY");
+  if (wheel_only == nullptr || std::strcmp(wheel_only, "1") != 0) kiln::register_missing_cpu_kernels();
+}
 
 LoadedProgram load_program(const std::string& path) {
   LoadedProgram out;

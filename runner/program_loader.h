@@ -16,6 +16,11 @@
 
 namespace kiln::runner {
 
+/// Filters ExecuTorch's log (KILN_LOG), initialises the runtime and registers the CPU kernels the
+/// wheel's library lacks (not with KILN_RUNNER_WHEEL_KERNELS_ONLY=1: only the wheel's kernels, as
+/// an app that links just those).
+void start_runtime();
+
 /// A verified program and the loader it reads from (the program borrows the loader).
 struct LoadedProgram {
   std::unique_ptr<executorch::extension::FileDataLoader> loader;

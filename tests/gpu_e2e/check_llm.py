@@ -22,7 +22,6 @@ Needs python3 with torch (CUDA) and transformers, numpy; no executorch. Exits no
 failure.
 """
 
-import argparse
 import json
 import os
 import re
@@ -38,6 +37,9 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "gpu_e2e"))
 
 import torch  # noqa: E402
+
+import e2e_args  # noqa: E402
+from gpu_run import time_cuda  # noqa: E402  (bench/gpu_run.py: CUDA-event median)
 
 TIE = 2e-2
 
@@ -80,22 +82,6 @@ def first_divergence(kiln, eager, eager_logits):
     return n, float(top2[0] - top2[1]) <= TIE * scale
 
 
-def time_cuda(fn, iterations=50, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iterations):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
-
-
 def torch_timings(decoder, prefill_length, contexts, compile_mode):
     """{"prefill_<n>": ms, "decode_<c>": ms}: prefill of one chunk of prefill_length tokens (times
     chunks for 512) and one decode step at cache row c, on device tensors."""
@@ -108,11 +94,11 @@ def torch_timings(decoder, prefill_length, contexts, compile_mode):
                       for s in range(0, total, prefill_length)]
             last = torch.tensor([prefill_length - 1], device="cuda")
             out[f"prefill_{total}"] = time_cuda(
-                lambda: [step(tokens, p, last) for p in chunks], iterations=20)
+                lambda: [step(tokens, p, last) for p in chunks], 20)
         token = torch.zeros(1, 1, dtype=torch.int64, device="cuda")
         for c in contexts:
             position = torch.tensor([c], device="cuda")
-            out[f"decode_{c}"] = time_cuda(lambda: step(token, position))
+            out[f"decode_{c}"] = time_cuda(lambda: step(token, position), 50)
     return out
 
 
@@ -120,7 +106,7 @@ def copy_bandwidth():
     """Device-to-device copy bandwidth in bytes/s (1 GiB read + written)."""
     a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
     b = torch.empty_like(a)
-    ms = time_cuda(lambda: b.copy_(a), iterations=20)
+    ms = time_cuda(lambda: b.copy_(a), 20)
     return 2 * a.numel() * 4 / (ms / 1e3)
 
 
@@ -220,16 +206,13 @@ def check_program(args, key, p, failures, results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", required=True, type=Path)
-    parser.add_argument("--runner", required=True, type=Path)
-    parser.add_argument("--install", type=Path)
-    parser.add_argument("--bin", type=Path)
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--timings", action="store_true", help="time the small programs too")
-    parser.add_argument("--no-compile", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    args = parser.parse_args()
+    def options(parser):
+        parser.add_argument("--steps", type=int, default=32)
+        parser.add_argument("--timings", action="store_true", help="time the small programs too")
+        parser.add_argument("--no-compile", action="store_true")
+        parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+
+    args = e2e_args.parse(__doc__, options)
     args.llm = args.runner.parent / "kiln_llm"
     meta = json.loads((args.dir / "meta.json").read_text())
     failures, results = [], {}

@@ -139,7 +139,7 @@ def wrap_state_keys(keys, payload) -> bytes:
     pad = payload_offset - bf.SKEYS_HEADER_SIZE - len(body)
     size = payload_offset + len(payload)
     header = bf.SKEYS_HEADER.pack(bf.SKEYS_MAGIC, bf.SKEYS_FORMAT_VERSION, bf.SKEYS_HEADER_SIZE,
-                                  size, len(encoded), 0, payload_offset, len(payload))
+                                  len(encoded), 0, size, payload_offset, len(payload))
     return header + body + b"\0" * pad + bytes(payload)
 
 

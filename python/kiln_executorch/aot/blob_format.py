@@ -71,14 +71,12 @@ assert INPUT_SHAPE.size == 72
 # variant set, so the delegates of one loaded program share them (a prefill and a decode method).
 _SKEYS = _FORMAT["skeys"]
 SKEYS_MAGIC = _SKEYS["magic"].encode()
-SKEYS_FORMAT_VERSION = _SKEYS["format_version"]
-SKEYS_HEADER_SIZE = _SKEYS["header_size"]
-MAX_STATE_KEYS = _SKEYS["max_states"]
-MAX_STATE_KEY_LENGTH = _SKEYS["max_key_length"]
-SKEYS_PAYLOAD_ALIGNMENT = _SKEYS["payload_alignment"]
-SKEYS_HEADER_FIELDS = ("magic", "format_version", "header_size", "container_size", "num_states",
-                       "reserved", "payload_offset", "payload_size")
-SKEYS_HEADER = struct.Struct("<8sIIQIIQQ")
+(SKEYS_FORMAT_VERSION, SKEYS_HEADER_SIZE, MAX_STATE_KEYS, MAX_STATE_KEY_LENGTH,
+ SKEYS_PAYLOAD_ALIGNMENT) = (_SKEYS[k] for k in ("format_version", "header_size", "max_states",
+                                                 "max_key_length", "payload_alignment"))
+SKEYS_HEADER_FIELDS = ("magic", "format_version", "header_size", "num_states", "reserved",
+                       "container_size", "payload_offset", "payload_size")
+SKEYS_HEADER = struct.Struct("<8sIIIIQQQ")
 
 assert SKEYS_HEADER.size == SKEYS_HEADER_SIZE
 

@@ -84,12 +84,10 @@ class ReferenceEngine:
                 for t in found]
 
 
-def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
-    """Runs a lowered edge-dialect ExportedProgram (as to_edge_transform_and_lower returns it,
-    before to_executorch rewrites it) on the CPU: every KilnBackend delegate call
-    through run_blob, every other node with torch. `blobs`, when given, replaces the delegates'
-    payloads in graph order (e.g. the blobs read back from the saved .pte). Returns the user
-    outputs (buffer updates are left out)."""
+def _interpret(program, inputs, run_delegate, who):
+    """Runs `program`'s graph with torch, each KilnBackend delegate call through
+    run_delegate(index, payload, operands) (index: the call's position in graph order); returns
+    the user outputs (buffer updates are left out)."""
     args, user_inputs = [], iter(inputs)
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
@@ -97,7 +95,7 @@ def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
         else:
             state = program.state_dict if spec.target in program.state_dict else program.constants
             args.append(state[spec.target])
-    payloads = iter(blobs) if blobs is not None else None
+    calls = iter(range(1 << 62))
 
     class Interpreter(torch.fx.Interpreter):
         def call_function(self, target, args, kwargs):
@@ -105,13 +103,27 @@ def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
                 return super().call_function(target, args, kwargs)
             lowered, *operands = args
             if lowered.backend_id != "KilnBackend":
-                raise ValueError(f"run_program runs Kiln delegates only, not {lowered.backend_id}")
-            blob = next(payloads) if payloads is not None else lowered.processed_bytes
-            return run_blob(blob, operands, compute_dtype)
+                raise ValueError(f"{who} runs Kiln delegates only, not {lowered.backend_id}")
+            return run_delegate(next(calls), lowered.processed_bytes, operands)
 
     outputs = Interpreter(program.graph_module).run(*args)
     return [out for out, spec in zip(outputs, program.graph_signature.output_specs)
             if spec.kind == OutputKind.USER_OUTPUT]
+
+
+def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
+    """Runs a lowered edge-dialect ExportedProgram (as to_edge_transform_and_lower returns it,
+    before to_executorch rewrites it) on the CPU: every KilnBackend delegate call
+    through run_blob, every other node with torch. `blobs`, when given, replaces the delegates'
+    payloads in graph order (e.g. the blobs read back from the saved .pte). Returns the user
+    outputs (buffer updates are left out)."""
+    payloads = iter(blobs) if blobs is not None else None
+
+    def run_delegate(index, payload, operands):
+        return run_blob(next(payloads) if payloads is not None else payload, operands,
+                        compute_dtype)
+
+    return _interpret(program, inputs, run_delegate, "run_program")
 
 
 def _distinct_states(graph):
@@ -180,29 +192,7 @@ class ReferenceProgram:
 
     def run(self, method, inputs):
         """Runs `method` on `inputs` (its user inputs); returns its user outputs."""
-        program = self.programs[method]
-        args, user_inputs = [], iter(inputs)
-        for spec in program.graph_signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                args.append(next(user_inputs))
-            else:
-                table = program.state_dict if spec.target in program.state_dict else \
-                    program.constants
-                args.append(table[spec.target])
-        counter = iter(range(1 << 30))
-        owner = self
+        def run_delegate(index, payload, operands):
+            return self._run_payload(method, index, payload, operands)
 
-        class Interpreter(torch.fx.Interpreter):
-            def call_function(self, target, args, kwargs):
-                if target is not executorch_call_delegate:
-                    return super().call_function(target, args, kwargs)
-                lowered, *operands = args
-                if lowered.backend_id != "KilnBackend":
-                    raise ValueError(f"ReferenceProgram runs Kiln delegates only, not "
-                                     f"{lowered.backend_id}")
-                return owner._run_payload(method, next(counter), lowered.processed_bytes,
-                                          operands)
-
-        outputs = Interpreter(program.graph_module).run(*args)
-        return [out for out, spec in zip(outputs, program.graph_signature.output_specs)
-                if spec.kind == OutputKind.USER_OUTPUT]
+        return _interpret(self.programs[method], inputs, run_delegate, "ReferenceProgram")

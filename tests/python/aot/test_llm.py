@@ -118,7 +118,7 @@ def test_state_key_container_round_trips_and_checks_the_count(pte):
     (d, *_) = read_delegates(pte[0])
     keys, payload = unwrap_state_keys(d.data)
     assert wrap_state_keys(keys, payload) == bytes(d.data)
-    magic, version, header_size, size, n, _, offset, payload_size = \
+    magic, version, header_size, n, _, size, offset, payload_size = \
         bf.SKEYS_HEADER.unpack_from(d.data)
     assert (magic, version, header_size, size, n) == (b"KILNSKEY", 1, 48, len(d.data), 4)
     assert offset % 8 == 0 and offset + payload_size == size
