@@ -2,7 +2,7 @@
 on the same GPU, its bad-input errors, and decode/prefill timings against torch eager and
 torch.compile(mode="reduce-overhead") of the same HF model with the same static cache.
 
-    check_llm.py --dir DIR --runner PATH/kiln_runner [--steps 32] [--no-compile]
+    check_llm.py --dir DIR --runner PATH/kiln_runner [--steps 32] [--no-compile] [--no-timings]
 
 Per program (one line each, PASS/FAIL):
 - the model is rebuilt here from its config and seed (bench/real_models.py) and its weights'
@@ -14,8 +14,9 @@ Per program (one line each, PASS/FAIL):
   (a tie that rounding may flip); small fp32 programs must also equal the CPU's fp32 tokens;
 - a prompt past the cache and a decode position past it (kiln_runner on `decode`) fail with a
   clear error naming the bound;
-- timings (llama1b and every program with --timings): Kiln's prefill of 128 and 512 tokens and
-  decode ms/token at contexts 128 and 1024 (kiln_llm: execute only, host logits included), against
+- timings (unless --no-timings): Kiln's prefill of one and four chunks (128 and 512 tokens for
+  llama1b) and decode ms/token at contexts 128 and 1024 where the cache holds them (kiln_llm:
+  execute only, host logits included), against
   torch eager and reduce-overhead of the StaticCacheDecoder (CUDA events, median of 50 calls on
   device tensors), and the HBM floor (weight bytes / measured device copy bandwidth).
 Needs python3 with torch (CUDA) and transformers, numpy; no executorch. Exits non-zero on any
@@ -170,7 +171,7 @@ def check_program(args, key, p, failures, results):
           f"({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}); decode at "
           f"{p['max_context']} rc={r2.returncode} ({line.strip()})")
 
-    if p["config_name"] == "small" and not args.timings:
+    if args.no_timings:
         return
     timing = {"kiln": {}}
     chunk = p["prefill_length"]
@@ -208,7 +209,7 @@ def check_program(args, key, p, failures, results):
 def main():
     def options(parser):
         parser.add_argument("--steps", type=int, default=32)
-        parser.add_argument("--timings", action="store_true", help="time the small programs too")
+        parser.add_argument("--no-timings", action="store_true", help="check tokens and errors only")
         parser.add_argument("--no-compile", action="store_true")
         parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
 
