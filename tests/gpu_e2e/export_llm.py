@@ -8,8 +8,8 @@ prefill chunks of 32) in fp32 and bf16, weights regenerated from the seed as ben
 does, with eager HF's greedy tokens on the CPU in fp32 for a fixed prompt. `--bench llama1b` adds
 the Llama-3.2-1B shape (16 layers, width 2048, 32 heads / 8 KV heads, FFN 8192, vocab 128256, tied
 embeddings, cache 2048 rows, prefill chunks of 128) in bf16, for the decode and prefill timings:
-about 5 GB of weights over both methods, xz-compressible (the seeded values tile), and a few
-minutes and ~20 GB of memory to export here.
+about 5 GB of weights over both methods, xz-compressible (the seeded values tile). Its 2-layer cut
+took 10-12 GB of memory and ~4 minutes to export on a 2-core machine: the whole model needs ~40 GB.
 
 Writes DIR/<name>_<precision>.pte and DIR/meta.json: per program the config, the seed, the
 weights' SHA-256 (weights_digest: the GPU machine rebuilds the same model from the config and the
