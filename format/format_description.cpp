@@ -6,6 +6,7 @@
 #include "format/blob_format.h"
 #include "format/dtype.h"
 #include "format/op_table.h"
+#include "format/state_keys.h"
 #include "format/variant_set.h"
 
 namespace kiln::engine::blob {
@@ -130,6 +131,13 @@ std::string build() {
       ", \"max_variants\": " + std::to_string(vset::kMaxVariants) +
       ", \"max_inputs\": " + std::to_string(vset::kMaxInputs) +
       ", \"blob_alignment\": " + std::to_string(vset::kBlobAlignment) + "}";
+  j += ", \"skeys\": {\"magic\": " +
+       quoted(std::string(skeys::kMagic, sizeof(skeys::kMagic)).c_str()) +
+       ", \"format_version\": " + std::to_string(skeys::kFormatVersion) +
+       ", \"header_size\": " + std::to_string(skeys::kHeaderSize) +
+       ", \"max_states\": " + std::to_string(skeys::kMaxStates) +
+       ", \"max_key_length\": " + std::to_string(skeys::kMaxKeyLength) +
+       ", \"payload_alignment\": " + std::to_string(skeys::kPayloadAlignment) + "}";
   j += ", \"dtypes\": [";
 #define KILN_DTYPE_JSON(Name, value, display, size, floating)                                    \
   j += std::string(DType::k##Name == DType::kInt32 ? "" : ", ") + "[" + quoted(display) + ", " + \

@@ -12,6 +12,8 @@
 namespace kiln::runner {
 namespace {
 
+const char* g_tool = "kiln_runner";
+
 namespace et = executorch::runtime;
 
 // What to do about each error, by the stage it happened in. The ExecuTorch log line printed just
@@ -123,13 +125,15 @@ const char* error_name(et::Error e) {
     why = g_backend_problem + " The backend is linked but cannot run on this machine; the line above "
           "says why (KilnBackend needs an NVIDIA GPU with compute capability 9.0 or newer)";
   }
-  std::fprintf(stderr, "kiln_runner: %s failed: %s (0x%02x): %s\n", what.c_str(), error_name(e),
+  std::fprintf(stderr, "%s: %s failed: %s (0x%02x): %s\n", g_tool, what.c_str(), error_name(e),
                static_cast<unsigned>(e), why.c_str());
   std::exit(1);
 }
 
+void set_tool_name(const char* name) { g_tool = name; }
+
 [[noreturn]] void fail(const std::string& message) {
-  std::fprintf(stderr, "kiln_runner: %s\n", message.c_str());
+  std::fprintf(stderr, "%s: %s\n", g_tool, message.c_str());
   std::exit(1);
 }
 

@@ -16,6 +16,9 @@ void install_log_filter();
 /// "OperatorMissing" rather than ExecuTorch's "Error::OperatorMissing".
 const char* error_name(executorch::runtime::Error e);
 
+/// The name fail() starts its lines with ("kiln_runner" unless set; kiln_llm sets its own).
+void set_tool_name(const char* name);
+
 /// Prints "kiln_runner: <what> failed: <error> (0x..): <what to do>" to stderr and exits 1.
 [[noreturn]] void fail(const std::string& what, executorch::runtime::Error e);
 

@@ -12,8 +12,6 @@
 // planned memory), tensor_io.h (inputs and printed outputs), kiln_stats.h (Kiln's copy counters,
 // device memory and per-op profile) and device_timing.h (--device-timing).
 
-#include <executorch/extension/data_loader/file_data_loader.h>
-#include <executorch/extension/memory_allocator/malloc_memory_allocator.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
@@ -33,13 +31,12 @@
 #include "runner/kiln_stats.h"
 #include "runner/memory.h"
 #include "runner/options.h"
+#include "runner/program_loader.h"
 #include "runner/tensor_io.h"
-#include "runtime/cpu_kernels/cpu_kernels.h"
 
 namespace kiln::runner {
 namespace {
 
-using executorch::extension::MallocMemoryAllocator;
 using executorch::runtime::etensor::DeviceType;
 
 // A device-resident program's outputs that have no memory of their own get device buffers.
@@ -125,19 +122,9 @@ void execute_run(et::Method& method, const et::MethodMeta& meta, const Options& 
 
 // A second load in this warm process (CUDA context, libraries and kernels already loaded): what an
 // application pays for each further method or program it loads.
-void print_warm_load(et::Program& program, const et::MethodMeta& meta, const Options& opts) {
-  MallocMemoryAllocator again_method_allocator;
-  MallocMemoryAllocator again_temp_allocator;
-  PlannedMemory again_planned(meta);
-  et::HierarchicalAllocator again_planned_allocator = again_planned.allocator();
-  et::MemoryManager again_memory(&again_method_allocator, &again_planned_allocator,
-                                 &again_temp_allocator);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto again = program.load_method(opts.method.c_str(), &again_memory);
-  const double warm_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!again.ok()) fail("load_method('" + opts.method + "') (second load)", again.error());
-  std::printf("load_method_warm_ms=%.3f\n", warm_ms);
+void print_warm_load(et::Program& program, const Options& opts) {
+  LoadedMethod again(program, opts.method, opts.model);
+  std::printf("load_method_warm_ms=%.3f\n", again.load_ms());
 }
 
 int run_main(int argc, char** argv) {
@@ -147,48 +134,20 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "kiln_runner: %s\n%s", error.c_str(), kUsage);
     return 2;
   }
-  install_log_filter();
-  et::runtime_init();
-  // KILN_RUNNER_WHEEL_KERNELS_ONLY=1: only the wheel's kernels, as an app that links just those.
-  const char* wheel_only = std::getenv("KILN_RUNNER_WHEEL_KERNELS_ONLY");
-  if (wheel_only == nullptr || std::strcmp(wheel_only, "1") != 0) kiln::register_missing_cpu_kernels();
+  start_runtime();
 
-  auto loader = executorch::extension::FileDataLoader::from(opts.model.c_str());
-  if (!loader.ok()) fail("opening '" + opts.model + "'", loader.error());
-  auto program = et::Program::load(&loader.get(), et::Program::Verification::InternalConsistency);
-  if (!program.ok()) fail("Program::load('" + opts.model + "')", program.error());
-
-  auto meta = program->method_meta(opts.method.c_str());
-  if (!meta.ok()) {
-    std::string names;
-    for (size_t i = 0; i < program->num_methods(); ++i) {
-      auto name = program->get_method_name(i);
-      if (name.ok()) names += std::string(i ? ", " : "") + "'" + name.get() + "'";
-    }
-    std::fprintf(stderr, "kiln_runner: method '%s' not found in '%s': %s (0x%02x); the program has: %s\n",
-                 opts.method.c_str(), opts.model.c_str(), error_name(meta.error()),
-                 static_cast<unsigned>(meta.error()), names.c_str());
-    return 1;
-  }
-
-  MallocMemoryAllocator method_allocator;
-  MallocMemoryAllocator temp_allocator;
-  PlannedMemory planned(meta.get());
-  et::HierarchicalAllocator planned_allocator = planned.allocator();
-  et::MemoryManager memory_manager(&method_allocator, &planned_allocator, &temp_allocator);
-  // load_method runs every delegate's init (for Kiln: blob validation, weight upload, plans).
-  const auto load_start = std::chrono::steady_clock::now();
-  auto method = program->load_method(opts.method.c_str(), &memory_manager);
-  const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
-  if (!method.ok()) fail("load_method('" + opts.method + "')", method.error());
+  LoadedProgram loaded = load_program(opts.model);
+  LoadedMethod method_slot(*loaded.program, opts.method, opts.model);
+  et::Method& method = method_slot.method();
+  const et::MethodMeta& meta = method_slot.meta();
+  const double load_ms = method_slot.load_ms();
 
   // A device-resident program (exported with device_resident=True) takes and returns device
   // tensors: its inputs are copied to device memory once per run, outside the timed executes, and
   // its outputs get device buffers of their own; the copies back happen only for printing.
   std::vector<et::etensor::Device> input_devices;
-  for (size_t i = 0; i < method->inputs_size(); ++i) input_devices.push_back(value_device(method->get_input(i)));
-  const std::vector<std::unique_ptr<DeviceMemory>> output_memory = bind_device_outputs(method.get());
+  for (size_t i = 0; i < method.inputs_size(); ++i) input_devices.push_back(value_device(method.get_input(i)));
+  const std::vector<std::unique_ptr<DeviceMemory>> output_memory = bind_device_outputs(method);
   const bool device_io = !output_memory.empty() ||
                          std::any_of(input_devices.begin(), input_devices.end(),
                                      [](const auto& d) { return d.type() != DeviceType::CPU; });
@@ -199,9 +158,9 @@ int run_main(int argc, char** argv) {
 
   std::vector<InputTensor> inputs;
   for (size_t r = 0; r < opts.runs.size(); ++r) {
-    execute_run(method.get(), meta.get(), opts, r, input_devices, device_io, load_ms, inputs);
+    execute_run(method, meta, opts, r, input_devices, device_io, load_ms, inputs);
   }
-  if (opts.iterations > 0) print_warm_load(program.get(), meta.get(), opts);
+  if (opts.iterations > 0) print_warm_load(*loaded.program, opts);
   std::fflush(stdout);
   return 0;
 }

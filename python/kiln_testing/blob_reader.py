@@ -10,7 +10,7 @@ this one trusts blobs it can parse.
 import torch
 
 from kiln_executorch.aot import blob_format as bf
-from kiln_executorch.aot.backend import build_blob
+from kiln_executorch.aot.backend import build_blob, unwrap_state_keys
 from kiln_executorch.aot.ir import Graph, Op, Tensor
 
 
@@ -22,7 +22,9 @@ def _check(cond, what):
 def read_blob(blob: bytes, weights: bytes = None) -> Graph:
     """Parses a blob back into IR. Tensors keep the storage and offset written in the blob
     (alias_of is not recovered); weight tensors get their data from the weights section, or from
-    `weights` (the variant set's shared section) when the blob's weights are external."""
+    `weights` (the variant set's shared section) when the blob's weights are external. A
+    state-key container (format/state_keys.h) is read as the blob it wraps."""
+    blob = unwrap_state_keys(blob)[1]
     _check(len(blob) >= bf.HEADER_SIZE, f"{len(blob)} bytes is shorter than the header")
     h = dict(zip(bf.HEADER_FIELDS, bf.HEADER.unpack_from(blob)))
     _check(h["magic"] == bf.MAGIC, f"magic {h['magic']!r}")
@@ -89,6 +91,8 @@ def read_blob(blob: bytes, weights: bytes = None) -> Graph:
 
 
 def is_variant_set(data: bytes) -> bool:
+    """Whether `data` is a variant set (bare or inside a state-key container)."""
+    data = unwrap_state_keys(data)[1]
     return bytes(data[:len(bf.VSET_MAGIC)]) == bf.VSET_MAGIC
 
 
@@ -100,6 +104,7 @@ def _vcheck(cond, what):
 def read_variant_set(data: bytes):
     """Variant set bytes -> ([(blob bytes, [input shape tuple, ...])], shared weights or None).
     Checks the structure enough to slice it safely; the C++ reader is the strict one."""
+    data = unwrap_state_keys(data)[1]
     _vcheck(len(data) >= bf.VSET_HEADER_SIZE, f"{len(data)} bytes is shorter than the header")
     h = dict(zip(bf.VSET_HEADER_FIELDS, bf.VSET_HEADER.unpack_from(data)))
     _vcheck(h["magic"] == bf.VSET_MAGIC, f"magic {h['magic']!r}")

@@ -13,6 +13,7 @@
 
 #include "kiln/executorch/stream.h"
 #include "runtime/engine/engine.h"
+#include "format/state_keys_reader.h"
 #include "format/variant_set_reader.h"
 
 namespace kiln {
@@ -33,7 +34,25 @@ struct Handle {
   std::vector<std::unique_ptr<engine::Engine>> engines;  // per variant, null until first used
   std::vector<engine::Shape> shapes;      // the actual input shapes of the current execute
   int device = 0;
+  // Program state named by the payload (format/state_keys.h), shared with the other delegates of
+  // the loaded program; every variant engine of this delegate uses it too.
+  std::vector<std::string> state_keys;
+  engine::StateSharing sharing;           // keys point at state_keys
 };
+
+// The scope that shares named states: the loaded program, identified by the NamedDataMap
+// ExecuTorch hands every method of one Program (Kiln's preprocess stores an entry so that a
+// stateful program has one). Without one, the delegate's variant engines still share with each
+// other (`fallback`, the handle) and no other delegate does.
+const void* state_scope(et::BackendInitContext& context, const void* fallback) {
+  const void* map = context.get_named_data_map();
+  return map != nullptr ? map : fallback;
+}
+
+std::string method_label(et::BackendInitContext& context) {
+  const char* name = context.get_method_name();
+  return std::string("method '") + (name != nullptr ? name : "?") + "'";
+}
 
 const char* tag_name(et::Tag t) {
   switch (t) {
@@ -160,7 +179,8 @@ et::Result<engine::Engine*> select_variant(Handle& h, et::Span<et::EValue*> args
   }
   if (!h.engines[v]) {
     const engine::Variant& variant = h.set.variants[v];
-    auto created = engine::Engine::create(variant.blob, variant.blob_size, h.device, &h.set.weights);
+    auto created = engine::Engine::create(variant.blob, variant.blob_size, h.device, &h.set.weights,
+                                          &h.sharing);
     if (!created.ok()) {
       ET_LOG(Error, "KilnBackend: cannot create the engine for input shapes %s",
              describe(h.shapes).c_str());
@@ -174,9 +194,10 @@ et::Result<engine::Engine*> select_variant(Handle& h, et::Span<et::EValue*> args
 // init() for a variant set: validates every variant on the CPU and creates the engine of the
 // largest plan (by activation arena) now, so a missing device or too little memory surfaces at
 // init rather than at the first large input.
-et::Error init_variant_set(Handle& h, et::FreeableBuffer* processed, int device) {
-  const auto* bytes = static_cast<const uint8_t*>(processed->data());
-  h.container.assign(bytes, bytes + processed->size());
+et::Error init_variant_set(Handle& h, const void* payload, size_t payload_size,
+                           et::FreeableBuffer* processed, int device) {
+  const auto* bytes = static_cast<const uint8_t*>(payload);
+  h.container.assign(bytes, bytes + payload_size);
   processed->Free();
   auto set = engine::read_variant_set(h.container.data(), h.container.size());
   if (!set.ok()) return set.error();
@@ -189,7 +210,8 @@ et::Error init_variant_set(Handle& h, et::FreeableBuffer* processed, int device)
     if (h.set.variants[v].arena_size > h.set.variants[largest].arena_size) largest = v;
   }
   const engine::Variant& variant = h.set.variants[largest];
-  auto created = engine::Engine::create(variant.blob, variant.blob_size, device, &h.set.weights);
+  auto created = engine::Engine::create(variant.blob, variant.blob_size, device, &h.set.weights,
+                                        &h.sharing);
   if (!created.ok()) return created.error();
   h.engines[largest] = std::move(created.get());
   h.inputs.resize(h.engines[largest]->num_inputs());
@@ -219,32 +241,47 @@ et::Result<et::DelegateHandle*> KilnBackend::init(et::BackendInitContext& contex
     ET_LOG(Error, "KilnBackend: the program carries no engine blob for this delegate");
     return et::Error::InvalidProgram;
   }
-  if (engine::is_variant_set(processed->data(), processed->size())) {
-    Handle* handle = context.get_runtime_allocator()->allocateInstance<Handle>();
-    if (handle == nullptr) {
+  // A stateful delegate's payload names its states around the blob or variant set.
+  const void* payload = processed->data();
+  size_t payload_size = processed->size();
+  std::vector<std::string> keys;
+  if (engine::is_state_keyed(payload, payload_size)) {
+    auto keyed = engine::read_state_keys(payload, payload_size);
+    if (!keyed.ok()) {
       processed->Free();
-      ET_LOG(Error, "KilnBackend: the method's runtime allocator is out of memory");
-      return et::Error::MemoryAllocationFailed;
+      return keyed.error();
     }
-    new (handle) Handle{};
-    et::Error e = init_variant_set(*handle, processed, device_index_from(compile_specs));
+    keys = std::move(keyed.get().keys);
+    payload = keyed.get().payload;
+    payload_size = keyed.get().payload_size;
+  }
+  Handle* handle = context.get_runtime_allocator()->allocateInstance<Handle>();
+  if (handle == nullptr) {
+    processed->Free();
+    ET_LOG(Error, "KilnBackend: the method's runtime allocator is out of memory");
+    return et::Error::MemoryAllocationFailed;
+  }
+  new (handle) Handle{};
+  handle->state_keys = std::move(keys);
+  handle->sharing.keys = &handle->state_keys;
+  handle->sharing.who = method_label(context);
+  const int device = device_index_from(compile_specs);
+  if (engine::is_variant_set(payload, payload_size)) {
+    handle->sharing.scope = state_scope(context, handle);
+    et::Error e = init_variant_set(*handle, payload, payload_size, processed, device);
     if (e != et::Error::Ok) {
       handle->~Handle();
       return e;
     }
     return handle;
   }
-  auto engine = engine::Engine::create(processed->data(), processed->size(),
-                                       device_index_from(compile_specs));
+  handle->sharing.scope = state_scope(context, nullptr);
+  auto engine = engine::Engine::create(payload, payload_size, device, nullptr, &handle->sharing);
   processed->Free();  // the engine holds what it needs on the device
-  if (!engine.ok()) return engine.error();
-
-  Handle* handle = context.get_runtime_allocator()->allocateInstance<Handle>();
-  if (handle == nullptr) {
-    ET_LOG(Error, "KilnBackend: the method's runtime allocator is out of memory");
-    return et::Error::MemoryAllocationFailed;
+  if (!engine.ok()) {
+    handle->~Handle();
+    return engine.error();
   }
-  new (handle) Handle{};
   handle->engine = std::move(engine.get());
   handle->inputs.resize(handle->engine->num_inputs());
   handle->outputs.resize(handle->engine->num_outputs());

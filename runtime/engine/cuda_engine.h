@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,7 +41,8 @@ bool is_capture_error(cudaError_t e);
 struct DeviceState {
   EngineWeights weights;  // shared with other engines through the weight cache
   DeviceBuffer arena;
-  DeviceBuffer state;  // kState tensors: kept across runs, never part of the arena
+  DeviceBuffer state;  // kState tensors of this engine alone: kept across runs, not in the arena
+  std::vector<std::shared_ptr<void>> shared_states;  // named states (shared_state.h), by order
   DeviceBuffer workspace;
   std::vector<DeviceBuffer> input_staging;
   std::vector<DeviceBuffer> output_staging;
@@ -68,14 +70,19 @@ class CudaEngine final : public Engine {
   template <typename T>
   using Span = executorch::runtime::Span<T>;
 
-  CudaEngine(Graph graph, int device, bool autotune, Hash128 graph_hash)
-      : graph_(std::move(graph)), device_(device), autotune_(autotune), graph_hash_(graph_hash) {}
+  CudaEngine(Graph graph, int device, bool autotune, Hash128 graph_hash, StateSharing sharing)
+      : graph_(std::move(graph)), device_(device), autotune_(autotune), graph_hash_(graph_hash),
+        sharing_(std::move(sharing)) {
+    if (sharing_.keys != nullptr) state_keys_ = *sharing_.keys;
+    sharing_.keys = nullptr;  // borrowed only during create(); state_keys_ is the copy
+  }
 
   ~CudaEngine() override;  // waits for the last run, then frees (engine_init.cu)
 
   // Setup (engine_init.cu): device resources, program state and one Step per op.
   Error init();
   Error init_state(DeviceState& s);
+  Error acquire_shared_state(DeviceState& s, const Tensor& t, size_t ordinal, void** at);
 
   size_t num_inputs() const override { return graph_.inputs.size(); }
   size_t num_outputs() const override { return graph_.outputs.size(); }
@@ -120,6 +127,8 @@ class CudaEngine final : public Engine {
   int device_;
   bool autotune_;       // KILN_AUTOTUNE=1 when the engine was created
   Hash128 graph_hash_;  // of the blob without its weights: the algorithm cache's key (autotune_)
+  StateSharing sharing_;                // scope and method name; keys in state_keys_
+  std::vector<std::string> state_keys_;  // names of the distinct states, in offset order
   int max_blocks_ = 0;
   bool has_range_checks_ = false;  // embedding, index_put or gather: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;

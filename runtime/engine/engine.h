@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "format/blob_format.h"
 
@@ -18,6 +19,16 @@ struct CUstream_st;  // cudaStream_t without including the CUDA headers here
 namespace kiln::engine {
 
 struct WeightsView;  // blob_reader.h
+
+/// How an engine's program state (kState tensors) is shared with other engines: `keys[i]` names
+/// the blob's i-th distinct state (format/state_keys.h) and `scope` is the loaded program they
+/// belong to; engines of one scope that name the same key use one device buffer
+/// (shared_state.h). A null scope or no keys: the engine's state is its own.
+struct StateSharing {
+  const void* scope = nullptr;
+  const std::vector<std::string>* keys = nullptr;  // borrowed for the duration of create()
+  std::string who;                                 // for messages: the method name
+};
 
 /// One delegate argument as the runtime hands it over.
 struct Binding {
@@ -48,9 +59,14 @@ class Engine {
   /// A blob whose weights are external (blob::kFlagExternalWeights, a variant of a variant set)
   /// needs `external_weights`: the set's shared weights section, validated against and uploaded
   /// like a blob's own; the caller may free it when this returns too.
+  ///
+  /// `sharing` (optional) names the blob's states so engines of one program share them: a state
+  /// another engine of the scope already holds is used as it is (its current contents, not the
+  /// initial value); a different dtype or shape for it is InvalidProgram with a log line, and so
+  /// is a key count that differs from the blob's number of states.
   static executorch::runtime::Result<std::unique_ptr<Engine>> create(
       const void* blob, size_t nbytes, int device_index = 0,
-      const WeightsView* external_weights = nullptr);
+      const WeightsView* external_weights = nullptr, const StateSharing* sharing = nullptr);
   virtual ~Engine() = default;
 
   virtual size_t num_inputs() const = 0;

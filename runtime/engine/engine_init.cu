@@ -23,6 +23,7 @@
 #include "runtime/engine/kernels/conv2d.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/profile.h"
+#include "runtime/engine/shared_state.h"
 #include "runtime/engine/step.h"
 #include "runtime/engine/weight_cache.h"
 
@@ -180,47 +181,107 @@ Error CudaEngine::init() {
   return Error::Ok;
 }
 
-// One device buffer holds every state, each 256-byte aligned, filled once from its initial value.
-// Records with the same offset are views of one state (blob_reader checked they agree).
+// Private states share one device buffer, each 256-byte aligned, filled once from its initial
+// value. Records with the same offset are views of one state (blob_reader checked they agree).
+// With state keys, the i-th distinct state (in offset order) is the shared state of that name
+// instead (shared_state.h): made and filled by the first engine of the scope that asks.
 Error CudaEngine::init_state(DeviceState& s) {
-  std::vector<std::pair<uint64_t, uint64_t>> placed;  // weights offset -> offset in s.state
-  uint64_t total = 0;
+  std::vector<std::pair<uint64_t, const Tensor*>> distinct;  // weights offset -> first record
   for (const Tensor& t : graph_.tensors) {
     if (t.storage != blob::Storage::kState ||
-        std::any_of(placed.begin(), placed.end(), [&](const auto& p) { return p.first == t.offset; })) {
+        std::any_of(distinct.begin(), distinct.end(), [&](const auto& p) { return p.first == t.offset; })) {
       continue;
     }
-    placed.emplace_back(t.offset, total);
-    total += (t.nbytes + 255) / 256 * 256;
+    distinct.emplace_back(t.offset, &t);
   }
+  std::sort(distinct.begin(), distinct.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   state_ptrs_.assign(graph_.tensors.size(), nullptr);
-  if (placed.empty()) {
+  if (distinct.empty()) {
     return Error::Ok;
   }
-  KILN_ASSIGN_OR_RETURN(s.state, DeviceBuffer::allocate(total, "the program state"));
-  char* base = static_cast<char*>(s.state.get());
+  const bool shared = sharing_.scope != nullptr && !state_keys_.empty();
+  if (!state_keys_.empty() && state_keys_.size() != distinct.size()) {
+    return fail(nullptr, Error::InvalidProgram,
+                "Kiln engine: the delegate names %zu states but its blob declares %zu; "
+                "re-export the model", state_keys_.size(), distinct.size());
+  }
+  std::vector<void*> where(distinct.size(), nullptr);
+  if (shared) {
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      KILN_TRY(acquire_shared_state(s, *distinct[k].second, k, &where[k]));
+    }
+  } else {
+    uint64_t total = 0;
+    std::vector<uint64_t> at(distinct.size());
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      at[k] = total;
+      total += (distinct[k].second->nbytes + 255) / 256 * 256;
+    }
+    KILN_ASSIGN_OR_RETURN(s.state, DeviceBuffer::allocate(total, "the program state"));
+    char* base = static_cast<char*>(s.state.get());
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      where[k] = base + at[k];
+      const Tensor& t = *distinct[k].second;
+      if (t.nbytes == 0) continue;
+      KILN_TRY(cuda_status(
+          cudaMemcpy(where[k], graph_.weights + t.offset, t.nbytes, cudaMemcpyHostToDevice),
+          Error::Internal, "Kiln engine: uploading %llu bytes of initial state to device %d",
+          static_cast<unsigned long long>(t.nbytes), device_));
+    }
+  }
   for (size_t i = 0; i < graph_.tensors.size(); ++i) {
     const Tensor& t = graph_.tensors[i];
     if (t.storage != blob::Storage::kState) continue;
-    for (const auto& [offset, at] : placed) {
-      if (offset == t.offset) state_ptrs_[i] = base + at;
-    }
-  }
-  for (const auto& [offset, at] : placed) {
-    for (const Tensor& t : graph_.tensors) {
-      if (t.storage != blob::Storage::kState || t.offset != offset || t.nbytes == 0) continue;
-      KILN_TRY(cuda_status(
-          cudaMemcpy(base + at, graph_.weights + offset, t.nbytes, cudaMemcpyHostToDevice),
-          Error::Internal, "Kiln engine: uploading %llu bytes of initial state to device %d",
-          static_cast<unsigned long long>(t.nbytes), device_));
-      break;
+    for (size_t k = 0; k < distinct.size(); ++k) {
+      if (distinct[k].first == t.offset) state_ptrs_[i] = where[k];
     }
   }
   return Error::Ok;
 }
 
+// The shared state named state_keys_[ordinal]: this scope's existing buffer, or a new one holding
+// the initial value (counted as activation memory while it lives).
+Error CudaEngine::acquire_shared_state(DeviceState& s, const Tensor& t, size_t ordinal, void** at) {
+  StateSpec spec;
+  spec.dtype = t.dtype;
+  spec.rank = t.rank;
+  std::copy(t.sizes, t.sizes + blob::kMaxRank, spec.sizes);
+  spec.nbytes = t.nbytes;
+  const uint8_t* initial = graph_.weights + t.offset;
+  const int device = device_;
+  auto allocate = [&]() -> Result<std::shared_ptr<void>> {
+    DeviceBuffer buffer;
+    KILN_ASSIGN_OR_RETURN(buffer, DeviceBuffer::allocate((t.nbytes + 255) / 256 * 256,
+                                                         "a shared program state"));
+    if (t.nbytes > 0) {
+      KILN_TRY(cuda_status(
+          cudaMemcpy(buffer.get(), initial, t.nbytes, cudaMemcpyHostToDevice), Error::Internal,
+          "Kiln engine: uploading %llu bytes of initial state to device %d",
+          static_cast<unsigned long long>(t.nbytes), device));
+    }
+    const int64_t bytes = static_cast<int64_t>(buffer.size());
+    count_activation_bytes(bytes);
+    auto holder = std::shared_ptr<DeviceBuffer>(new DeviceBuffer(std::move(buffer)),
+                                                [device, bytes](DeviceBuffer* b) {
+                                                  ScopedDevice guard(device);
+                                                  delete b;
+                                                  count_activation_bytes(-bytes);
+                                                });
+    return std::shared_ptr<void>(holder, holder->get());
+  };
+  std::shared_ptr<void> memory;
+  KILN_ASSIGN_OR_RETURN(memory, StateRegistry::process().acquire(
+                                    sharing_.scope, state_keys_[ordinal], device_, spec,
+                                    sharing_.who, allocate));
+  *at = memory.get();
+  s.shared_states.push_back(std::move(memory));
+  return Error::Ok;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, int device_index,
-                                               const WeightsView* external_weights) {
+                                               const WeightsView* external_weights,
+                                               const StateSharing* sharing) {
   // The Graph's weights/weights_size point at whichever bytes apply; init() uploads them.
   auto graph = read_blob(blob, nbytes, nullptr, external_weights);
   if (!graph.ok()) {
@@ -237,7 +298,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const void* blob, size_t nbytes, 
         blob, (header.flags & blob::kFlagExternalWeights) != 0 ? nbytes : header.weights_offset);
   }
   auto engine = std::make_unique<CudaEngine>(std::move(graph.get()), device_index, autotune,
-                                             graph_hash);
+                                             graph_hash, sharing ? *sharing : StateSharing{});
   KILN_TRY(engine->init());
   return std::unique_ptr<Engine>(std::move(engine));
 }

@@ -67,6 +67,19 @@ INPUT_SHAPE = struct.Struct(f"<II{MAX_RANK}q")
 assert VSET_HEADER.size == VSET_HEADER_SIZE and VARIANT_RECORD.size == 16
 assert INPUT_SHAPE.size == 72
 
+# The state-key container (format/state_keys.h): names the program states of a delegate's blob or
+# variant set, so the delegates of one loaded program share them (a prefill and a decode method).
+_SKEYS = _FORMAT["skeys"]
+SKEYS_MAGIC = _SKEYS["magic"].encode()
+(SKEYS_FORMAT_VERSION, SKEYS_HEADER_SIZE, MAX_STATE_KEYS, MAX_STATE_KEY_LENGTH,
+ SKEYS_PAYLOAD_ALIGNMENT) = (_SKEYS[k] for k in ("format_version", "header_size", "max_states",
+                                                 "max_key_length", "payload_alignment"))
+SKEYS_HEADER_FIELDS = ("magic", "format_version", "header_size", "num_states", "reserved",
+                       "container_size", "payload_offset", "payload_size")
+SKEYS_HEADER = struct.Struct("<8sIIIIQQQ")
+
+assert SKEYS_HEADER.size == SKEYS_HEADER_SIZE
+
 
 def _python_name(name):
     """"Float32" -> "FLOAT32", "gelu_erf" -> "GELU_ERF"."""

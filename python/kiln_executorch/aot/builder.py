@@ -60,13 +60,15 @@ def _library():
     return _lib
 
 
-def _raw(data: torch.Tensor) -> bytes:
-    return data.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+def _raw(data: torch.Tensor):
+    """The tensor's bytes as a buffer over its memory (no copy for a contiguous tensor)."""
+    return memoryview(data.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
 
 
 def serialize(graph: Graph) -> bytes:
-    """Kiln IR -> the KILNIR interchange buffer (kiln/builder.h)."""
-    entries, names, data = bytearray(), bytearray(), bytearray()
+    """Kiln IR -> the KILNIR interchange buffer (kiln/builder.h). The weights are copied once, into
+    the returned buffer (a billion-parameter model's IR is gigabytes)."""
+    entries, names, data = bytearray(), bytearray(), []
     for t in graph.tensors:
         if len(t.shape) > bf.MAX_RANK:
             sizes = [0] * bf.MAX_RANK       # the builder rejects the rank and names the tensor
@@ -81,7 +83,7 @@ def serialize(graph: Graph) -> bytes:
                                   -1 if t.alias_of is None else t.alias_of, int(t.offset),
                                   len(raw), len(name), 0)
         names += name
-        data += raw
+        data.append(raw)
     ops, operands = bytearray(), []
     for op in graph.ops:
         slots = bf.encode_operands(op.opcode, op.operands)
@@ -90,12 +92,12 @@ def serialize(graph: Graph) -> bytes:
     pool = struct.pack(f"<{len(operands)}q", *operands)
     io = struct.pack(f"<{len(graph.inputs) + len(graph.outputs)}I",
                      *graph.inputs, *graph.outputs)
-    body = entries + ops + pool + io + names + data
+    body = [entries, ops, pool, io, names, *data]
     header = IR_HEADER.pack(IR_MAGIC, IR_VERSION, IR_HEADER.size, int(graph.precision),
                             len(graph.tensors), len(graph.ops), len(graph.inputs),
                             len(graph.outputs), 0, len(operands), int(graph.arena_size),
-                            IR_HEADER.size + len(body))
-    return header + bytes(body)
+                            IR_HEADER.size + sum(len(b) for b in body))
+    return b"".join([header, *body])
 
 
 def _call(fn, args) -> bytes:

@@ -34,12 +34,15 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from kiln_executorch.aot.blob_format import Storage
 
+from kiln_executorch.aot.backend import unwrap_state_keys
+
 from ..blob_reader import is_variant_set, read_blob, read_variant_set
 # (Each family module registers the semantics of its opcodes.)
 from . import attention, dense, elementwise, rows  # noqa: F401
 from .machine import BlobExecutionError, Machine, initial_state
 
-__all__ = ["BlobExecutionError", "ReferenceEngine", "run_blob", "run_program"]
+__all__ = ["BlobExecutionError", "ReferenceEngine", "ReferenceProgram", "run_blob",
+           "run_program"]
 
 
 def run_blob(blob: bytes, inputs, compute_dtype=torch.float64):
@@ -81,12 +84,10 @@ class ReferenceEngine:
                 for t in found]
 
 
-def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
-    """Runs a lowered edge-dialect ExportedProgram (as to_edge_transform_and_lower returns it,
-    before to_executorch rewrites it) on the CPU: every KilnBackend delegate call
-    through run_blob, every other node with torch. `blobs`, when given, replaces the delegates'
-    payloads in graph order (e.g. the blobs read back from the saved .pte). Returns the user
-    outputs (buffer updates are left out)."""
+def _interpret(program, inputs, run_delegate, who):
+    """Runs `program`'s graph with torch, each KilnBackend delegate call through
+    run_delegate(index, payload, operands) (index: the call's position in graph order); returns
+    the user outputs (buffer updates are left out)."""
     args, user_inputs = [], iter(inputs)
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
@@ -94,7 +95,7 @@ def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
         else:
             state = program.state_dict if spec.target in program.state_dict else program.constants
             args.append(state[spec.target])
-    payloads = iter(blobs) if blobs is not None else None
+    calls = iter(range(1 << 62))
 
     class Interpreter(torch.fx.Interpreter):
         def call_function(self, target, args, kwargs):
@@ -102,10 +103,96 @@ def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
                 return super().call_function(target, args, kwargs)
             lowered, *operands = args
             if lowered.backend_id != "KilnBackend":
-                raise ValueError(f"run_program runs Kiln delegates only, not {lowered.backend_id}")
-            blob = next(payloads) if payloads is not None else lowered.processed_bytes
-            return run_blob(blob, operands, compute_dtype)
+                raise ValueError(f"{who} runs Kiln delegates only, not {lowered.backend_id}")
+            return run_delegate(next(calls), lowered.processed_bytes, operands)
 
     outputs = Interpreter(program.graph_module).run(*args)
     return [out for out, spec in zip(outputs, program.graph_signature.output_specs)
             if spec.kind == OutputKind.USER_OUTPUT]
+
+
+def run_program(program, inputs, blobs=None, compute_dtype=torch.float64):
+    """Runs a lowered edge-dialect ExportedProgram (as to_edge_transform_and_lower returns it,
+    before to_executorch rewrites it) on the CPU: every KilnBackend delegate call
+    through run_blob, every other node with torch. `blobs`, when given, replaces the delegates'
+    payloads in graph order (e.g. the blobs read back from the saved .pte). Returns the user
+    outputs (buffer updates are left out)."""
+    payloads = iter(blobs) if blobs is not None else None
+
+    def run_delegate(index, payload, operands):
+        return run_blob(next(payloads) if payloads is not None else payload, operands,
+                        compute_dtype)
+
+    return _interpret(program, inputs, run_delegate, "run_program")
+
+
+def _distinct_states(graph):
+    """The graph's distinct state records (one per offset), in offset order: the order the
+    state-key container names them in."""
+    first = {}
+    for t in graph.tensors:
+        if t.storage == Storage.STATE and t.offset not in first:
+            first[t.offset] = t
+    return [first[o] for o in sorted(first)]
+
+
+class ReferenceProgram:
+    """The Kiln delegates of a lowered program (an EdgeProgramManager, every method), loaded once
+    as the runtime loads one program: states named by a state-key container are shared by key
+    among all its delegates (a prefill and a decode method write and read one KV cache); unnamed
+    states stay per delegate. A state two delegates declare with different dtypes or sizes is a
+    ValueError, as the runtime refuses to load the second method."""
+
+    def __init__(self, edge_manager, compute_dtype=torch.float64):
+        self.fp = compute_dtype
+        self.programs = {name: edge_manager.exported_program(name)
+                         for name in edge_manager.methods}
+        self.shared = {}     # key -> (dtype, shape, uint8 buffer)
+        self.private = {}    # (method, delegate index, variant) -> {offset: buffer}
+
+    def _state(self, graph, keys, where):
+        states = _distinct_states(graph)
+        if not keys:
+            return self.private.setdefault(where, initial_state(graph))
+        if len(keys) != len(states):
+            raise ValueError(f"{where}: {len(keys)} state keys for {len(states)} states")
+        buffers = {}
+        for key, t in zip(keys, states):
+            if key not in self.shared:
+                self.shared[key] = (t.dtype, tuple(t.shape),
+                                    t.data.reshape(-1).view(torch.uint8).clone())
+            dtype, shape, buf = self.shared[key]
+            if (dtype, shape) != (t.dtype, tuple(t.shape)):
+                raise ValueError(f"state {key!r} is declared {t.dtype} {list(t.shape)} by "
+                                 f"{where[0]} but {dtype} {list(shape)} by a method loaded before")
+            buffers[t.offset] = buf
+        return buffers
+
+    def _run_payload(self, method, index, payload, operands):
+        keys, payload = unwrap_state_keys(payload)
+        if is_variant_set(payload):
+            variants, weights = read_variant_set(payload)
+            actual = [tuple(x.shape) for x in operands]
+            for v, (blob, shapes) in enumerate(variants):
+                if [tuple(s) for s in shapes] == actual:
+                    graph = read_blob(blob, weights)
+                    where = (method, index, v)
+                    break
+            else:
+                raise ValueError(f"no variant serves input shapes {actual}")
+        else:
+            graph, where = read_blob(payload), (method, index, 0)
+        state = self._state(graph, keys, where)
+        return Machine(graph, operands, self.fp, state).run()
+
+    def state(self, key):
+        """The current value of the shared state `key`."""
+        dtype, shape, buf = self.shared[key]
+        return buf.view(dtype).reshape(shape).clone()
+
+    def run(self, method, inputs):
+        """Runs `method` on `inputs` (its user inputs); returns its user outputs."""
+        def run_delegate(index, payload, operands):
+            return self._run_payload(method, index, payload, operands)
+
+        return _interpret(self.programs[method], inputs, run_delegate, "ReferenceProgram")

@@ -16,7 +16,7 @@ import models  # noqa: E402
 from kiln_executorch.aot import lower  # noqa: E402
 from kiln_executorch.aot.blob_format import (FUSED_INSTR_WIDTH, BinaryKind, DType,  # noqa: E402
                                              Epilogue, Opcode, Precision, Storage, UnaryKind)
-from kiln_executorch.aot.backend import build_blob  # noqa: E402
+from kiln_executorch.aot.backend import build_blob, state_names, unwrap_state_keys  # noqa: E402
 from kiln_testing.blob_reader import build_graph, read_blob  # noqa: E402
 from kiln_testing.reference import run_program  # noqa: E402
 
@@ -45,7 +45,8 @@ def graphs(module, inputs, precision="fp32"):
     found = []
     for ep, blob in partitions(module, inputs, precision):
         built = build_blob(ep, Precision[precision.upper()])
-        assert built == blob
+        keys, payload = unwrap_state_keys(blob)     # a stateful partition names its states
+        assert built == payload and keys == state_names(ep)
         found.append(read_blob(built))
     return found
 

@@ -1,6 +1,7 @@
 // Program state on the GPU: a kState tensor written in place by kIndexPut keeps its contents
 // across executes (eager first run, then CUDA-graph replays), only inputs and outputs cross the
-// bus, and a bad position is an execution error that leaves the state and the engine usable.
+// bus, a bad position is an execution error that leaves the state and the engine usable, and
+// engines of one program share the states they name.
 // Needs a GPU: the `gpu` CTest label keeps it out of CPU-only CI.
 #include "runtime/engine/engine.h"
 
@@ -166,6 +167,79 @@ TEST_F(StateGpu, SeveralInt32PositionsIntoBFloat16StateWithWideRows) {
       ASSERT_EQ(__bfloat162float(result[k]), model[k]) << "step " << step << " element " << k;
     }
   }
+}
+
+// Named states (format/state_keys.h, StateSharing): two engines of one scope that name the same
+// key use one device buffer, so a row engine A writes is what engine B reads (a prefill and a
+// decode method sharing a KV cache); an engine of another scope (another loaded program) and an
+// engine without keys keep their own. A second engine that declares the state with another shape
+// is refused at create with a log line naming the key.
+TEST_F(StateGpu, EnginesOfOneScopeShareANamedState) {
+  std::vector<float> model(kCache, 0.5f);
+  const std::vector<uint8_t> blob = cache_blob(model);
+  const std::vector<std::string> keys = {"decoder.k_cache_0"};
+  int program = 0, other_program = 0;
+  StateSharing prefill_sharing{&program, &keys, "method 'prefill'"};
+  StateSharing decode_sharing{&program, &keys, "method 'decode'"};
+  StateSharing other_sharing{&other_program, &keys, "method 'decode'"};
+  auto prefill = Engine::create(blob.data(), blob.size(), 0, nullptr, &prefill_sharing);
+  ASSERT_TRUE(prefill.ok()) << g_log;
+  Step first;
+  for (size_t i = 0; i < first.values.size(); ++i) first.values[i] = float(i);
+  first.pos = 2;
+  ASSERT_EQ(first.run(**prefill), Error::Ok) << g_log;
+  write_rows(model, first.values, first.pos);
+  // Loaded after prefill ran: decode sees prefill's rows, not the initial value.
+  auto decode = Engine::create(blob.data(), blob.size(), 0, nullptr, &decode_sharing);
+  ASSERT_TRUE(decode.ok()) << g_log;
+  auto other = Engine::create(blob.data(), blob.size(), 0, nullptr, &other_sharing);
+  ASSERT_TRUE(other.ok()) << g_log;
+  auto unshared = Engine::create(blob.data(), blob.size());
+  ASSERT_TRUE(unshared.ok()) << g_log;
+  Step second;
+  for (float& v : second.values) v = -1.0f;
+  second.pos = 5;
+  ASSERT_EQ(second.run(**decode), Error::Ok) << g_log;
+  write_rows(model, second.values, second.pos);
+  EXPECT_EQ(second.out, model) << "decode must read the rows prefill wrote";
+  Step third;  // prefill again: sees decode's row too
+  third.values = second.values;
+  third.pos = 5;
+  ASSERT_EQ(third.run(**prefill), Error::Ok) << g_log;
+  EXPECT_EQ(third.out, model);
+  std::vector<float> fresh(kCache, 0.5f);
+  write_rows(fresh, second.values, 5);
+  for (auto* e : {&other, &unshared}) {
+    Step s;
+    s.values = second.values;
+    s.pos = 5;
+    ASSERT_EQ(s.run(***e), Error::Ok) << g_log;
+    EXPECT_EQ(s.out, fresh) << "another program's engine must not see this program's cache";
+  }
+  // Another declaration of the same key in the same scope: refused, naming it.
+  BlobBuilder b;
+  std::vector<float> wide(2 * kCache, 0.0f);
+  const int64_t cache = b.state(DType::kFloat32, {kOuter, 2 * kLen, kInner}, wide.data());
+  const int64_t values = b.input(DType::kFloat32, {kOuter, 1, kInner});
+  const int64_t pos = b.input(DType::kInt64, {1});
+  const int64_t view = b.view(cache, {2 * kCache});
+  const int64_t out = b.output(DType::kFloat32, {2 * kCache});
+  b.index_put(values, pos, cache, kOuter, 2 * kLen, kInner, 1);
+  b.copy(view, out, {2 * kCache}, 0, {1}, 0, {1});
+  const std::vector<uint8_t> wide_blob = b.build();
+  g_log.clear();
+  auto mismatched = Engine::create(wide_blob.data(), wide_blob.size(), 0, nullptr, &decode_sharing);
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.error(), Error::InvalidProgram);
+  EXPECT_NE(g_log.find("'decoder.k_cache_0'"), std::string::npos) << g_log;
+  EXPECT_NE(g_log.find("[2,16,4]"), std::string::npos) << g_log;
+  // A key count that differs from the blob's states.
+  const std::vector<std::string> two = {"a", "b"};
+  StateSharing wrong{&program, &two, "method 'decode'"};
+  g_log.clear();
+  auto miscounted = Engine::create(blob.data(), blob.size(), 0, nullptr, &wrong);
+  ASSERT_FALSE(miscounted.ok());
+  EXPECT_NE(g_log.find("names 2 states but its blob declares 1"), std::string::npos) << g_log;
 }
 
 }  // namespace

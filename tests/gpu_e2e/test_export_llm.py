@@ -1,0 +1,79 @@
+"""CI side of the LLM GPU check: export_llm.py writes what check_llm.py needs (the small model in
+fp32 and bf16, each method one Kiln delegate with no operator left, the weights' digest the GPU
+side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt from config and seed gives
+the same digest and, through the eager static-cache decoder check_llm.py times, the same tokens;
+and check_llm.py's divergence rule accepts only near-ties."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kiln_executorch.aot import read_delegates, read_operators
+from kiln_executorch.aot.backend import unwrap_state_keys
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "bench"))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llm")
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), KILN_SKIP_DELEGATE_REGISTRATION="1")
+    env.pop("KILN_LLM_BENCH", None)
+    r = subprocess.run([sys.executable, HERE / "export_llm.py", "--out", out], env=env,
+                       capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, json.loads((out / "meta.json").read_text())
+
+
+def test_programs_are_one_delegate_per_method_sharing_named_states(exported):
+    out, meta = exported
+    assert sorted(meta["programs"]) == ["small_bf16", "small_fp32"]
+    for key, p in meta["programs"].items():
+        pte = out / p["file"]
+        assert read_operators(pte, device_copies=False) == {
+            "prefill": [], "decode": [], "max_context": [], "prefill_length": [],
+            "vocab_size": []}, key
+        keys = {d.method: unwrap_state_keys(d.data)[0] for d in read_delegates(pte)}
+        assert keys["prefill"] == keys["decode"] and len(keys["decode"]) == 4, key
+        assert len(p["prompt"]) + p["new_tokens"] <= p["max_context"]
+        assert len(p["cpu_fp32_expected_tokens"]) == p["new_tokens"]
+
+
+def test_rebuilt_model_matches_digest_and_tokens(exported):
+    import check_llm
+    import export_llm
+    import real_models
+    from kiln_executorch.llm import StaticCacheDecoder, run_generation
+
+    _, meta = exported
+    p = meta["programs"]["small_fp32"]
+    model = export_llm.build(p["config_name"], p["seed"])
+    assert real_models.weights_digest(model) == p["digest"]
+    decoder = StaticCacheDecoder(model, p["max_context"]).eval()
+
+    def run(method, inputs):
+        with torch.no_grad():
+            return [decoder(*inputs)]
+
+    tokens, logits = run_generation(run, p["prompt"], p["new_tokens"], p["prefill_length"],
+                                    p["max_context"])
+    assert tokens == p["cpu_fp32_expected_tokens"]
+    assert check_llm.first_divergence(tokens, tokens, logits) == (len(tokens), False)
+    near = [t.clone() for t in logits]
+    other = list(tokens)
+    second = int(torch.topk(near[3], 2).indices[1])
+    near[3][second] = near[3][tokens[3]] - 1e-4 * float(near[3].abs().max())
+    other[3] = second
+    assert check_llm.first_divergence(other, tokens, near) == (3, True)
+    far = [t.clone() for t in logits]
+    far[3] = torch.zeros_like(far[3])
+    far[3][tokens[3]] = 1.0
+    assert check_llm.first_divergence(other, tokens, far) == (3, False)
