@@ -10,7 +10,8 @@
 #       eager outputs). .gpu/ is git-ignored; carry it to the GPU machine with the repository.
 #       --keys real: the real models of bench/real_models.py (with --precisions fp32,tf32,bf16).
 #       ExecuTorch's backend operator suite (tests/gpu_e2e/export_suite.py) is lowered again unless
-#       KILN_SUITE_STAGED names a finished `tests/suite/run_suite.py --out DIR` to copy.
+#       KILN_SUITE_STAGED names a finished `tests/suite/run_suite.py --out DIR` to copy
+#       (KILN_SUITE_SUBSET=ci lowers only the CI subset of its files).
 #       When the programs do not fit one transfer (--limit-mib) or one run (--max-keys models a
 #       bundle), prepare splits them (bench/bundle.py) into .gpu/stage-1.tar.xz, stage-2, ...
 #       (each with the install tree, the GPU tests and other programs in the first) and prints
