@@ -50,6 +50,7 @@ from torch import nn  # noqa: E402
 
 import models  # noqa: E402
 from kiln_executorch.aot import export, read_delegates  # noqa: E402
+from kiln_executorch.aot.backend import unwrap_state_keys  # noqa: E402
 from kiln_executorch.aot import blob_format as bf  # noqa: E402
 from kiln_executorch.aot import builder  # noqa: E402
 from kiln_executorch.aot.ir import Graph  # noqa: E402
@@ -133,7 +134,9 @@ def exported_blobs(tmp: Path) -> dict[str, bytes]:
             if not delegates:
                 raise SystemExit(f"make_corpus: {name} ({precision}) exported no Kiln delegate")
             for d in delegates:
-                found[f"{name}-{precision}-{d.index}"] = d.data
+                # A stateful delegate's payload wraps the engine blob with its state names:
+                # the fuzzer reads engine blobs.
+                found[f"{name}-{precision}-{d.index}"] = unwrap_state_keys(d.data)[1]
     return found
 
 
