@@ -34,11 +34,12 @@ stamp="$venv/.kiln-pins"
 want=$(sha256sum pins.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   say "installing pinned packages from pins.txt (first run downloads a few GB)"
+  # Header-only pins (a line ending in "# headers-only": the cuDNN frontend) are not pip's
+  # business here: each is installed alone, without its Python dependencies, below.
   "$venv/bin/python" -m pip install --disable-pip-version-check -q \
-    -r <("$venv/bin/python" "$root/tools/check_pins.py" --runtime) \
+    -r <(grep -v '# headers-only' pins.txt) \
     || die "pip install -r pins.txt failed (see above)"
-  # Header-only pins (the cuDNN frontend): the package alone, without its Python dependencies.
-  for pin in $("$venv/bin/python" "$root/tools/check_pins.py" --headers-only); do
+  for pin in $(grep '# headers-only' pins.txt | grep -v '^ *#' | sed 's/ *#.*//'); do
     "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps --upgrade \
       --target "$venv/opt/${pin%%==*}" "$pin" || die "pip install $pin (headers) failed (see above)"
   done

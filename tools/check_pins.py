@@ -100,15 +100,6 @@ def stray_pins(root: Path, files: list[Path]) -> list[str]:
 
 
 def main() -> int:
-    # --headers-only: print `name==version` of the header-only pins; --runtime: the pin file
-    # without them (what setup.sh gives pip -r). Both for scripts/setup.sh.
-    if sys.argv[1:] == ["--headers-only"]:
-        print("\n".join(f"{n}=={v}" for n, v in header_only_pins().items()))
-        return 0
-    if sys.argv[1:] == ["--runtime"]:
-        print("".join(line for line in PINS.read_text().splitlines(keepends=True)
-                      if HEADERS_ONLY not in line or not line.split("#", 1)[0].strip()), end="")
-        return 0
     bad = problems(read_pins())
     for p in bad:
         print(f"check_pins: {p}", file=sys.stderr)

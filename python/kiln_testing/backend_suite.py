@@ -74,11 +74,15 @@ class _State:
     manifest: list = []
 
 
-def _save(t: torch.Tensor, path: Path) -> dict:
+def _save(t: torch.Tensor, path: Path, output: bool = False) -> dict:
     """The tensor's bytes in its physical layout (a channels-last input as the .pte's dim order
-    declares it, as the suite's own golden artifacts are written)."""
+    declares it, as the suite's own golden artifacts are written). An eager output that is a view
+    with other strides (x.permute(...)) is saved in its logical order: the program writes its
+    outputs contiguous, channels-last ones excepted."""
     t = t.detach()
-    t = t.permute(t.dim_order()).contiguous() if t.dim() else t.contiguous()
+    physical = t.dim() and (not output or (t.dim() == 4 and not t.is_contiguous() and
+                                           t.is_contiguous(memory_format=torch.channels_last)))
+    t = t.permute(t.dim_order()).contiguous() if physical else t.contiguous()
     raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
     path.write_bytes(raw.numpy().tobytes())
     return {"file": path.name, "dtype": NUMPY[t.dtype], "shape": list(t.shape)}
@@ -136,7 +140,7 @@ class KilnTester(Tester):
             "case": name, "program": f"{name}.pte",
             "inputs": [_save(x, _State.out / f"{name}_input_{i}.bin")
                        for i, x in enumerate(inputs)],
-            "expected": [_save(y, _State.out / f"{name}_expected_{j}.bin")
+            "expected": [_save(y, _State.out / f"{name}_expected_{j}.bin", output=True)
                          for j, y in enumerate(_tensors(reference))]})
         _State.staged = name
         _write_manifest()  # after each case, so a run cut short keeps what it staged

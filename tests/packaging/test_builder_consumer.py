@@ -99,5 +99,5 @@ def test_cpp_tool_builds_a_blob_through_the_cmake_package(tmp_path):
     r = run([build / "tool"])
     assert r.returncode == 0, r.stdout + r.stderr
     assert "api 2 blob" in r.stdout and "magic KILNBLOB" in r.stdout, r.stdout
-    assert 'format {"magic": "KILNBLOB", "format_version": 3' in r.stdout, r.stdout
+    assert 'format {"magic": "KILNBLOB", "format_version": 4' in r.stdout, r.stdout
     assert "bad: 1 IR magic is not KILNIR" in r.stdout, r.stdout
