@@ -60,7 +60,6 @@ if [ ! -f "$build/build.ninja" ]; then
     -DCUDAToolkit_ROOT="$cuda" \
     -Dexecutorch_DIR="$et_cmake" \
     -DPython3_EXECUTABLE="$venv/bin/python" \
-    -DKILN_CUDNN_FRONTEND_INCLUDE_DIR="$venv/opt/nvidia-cudnn-frontend/include" \
     || { rm -f "$build/build.ninja"; die "CMake configure failed (see above)"; }
 fi
 
