@@ -4,13 +4,21 @@
 //
 //   kiln_llm model.pte (--prompt "1 72 105" | --prompt-file FILE) [--new-tokens N]
 //            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--output FILE]
-//            [--expect "ids"] [--quiet]
+//            [--expect "ids"] [--force "ids"] [--logits FILE] [--warmup N] [--repeats R]
+//            [--quiet]
 //
 // The prompt runs through prefill in chunks of prefill_length tokens (the last one padded), then
 // decode runs once per new token. Greedy unless --temperature, --top-k or --top-p is given (then
 // a draw seeded by --seed). Prints the prefill time, decode ms per token (execute only) and
 // tokens/s (whole steps: execute, logits to the host, sampling), a progress line on stderr, and
-// the tokens; --output writes them to a file, --expect compares them (exit 1 when they differ).
+// the tokens. Before the timed run, --warmup (default 2) untimed prefills of the prompt and decode
+// steps run: a delegate's first execute loads its kernels and builds its library plans, its second
+// captures the CUDA graph it replays from then on (the first prefill's time is printed too). They
+// write the cache rows the timed run writes again, so the tokens do not change. --repeats R times
+// the prompt's prefill R times and prints the median. --force feeds the given tokens to decode
+// instead of the sampled ones (teacher forcing: compare logits step by step with another model's
+// run of the same tokens) and --logits writes every step's float32 logits to FILE, one row per
+// step; --output writes them to a file, --expect compares them (exit 1 when they differ).
 // A prompt that does not fit the cache, a token id outside the vocabulary or a bad option is an
 // error before anything runs. Program loading is kiln_runner's (program_loader.h).
 
@@ -41,7 +49,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kLlmUsage =
     "usage: kiln_llm model.pte (--prompt \"ids\" | --prompt-file FILE) [--new-tokens N]\n"
     "                [--temperature T] [--top-k K] [--top-p P] [--seed S] [--output FILE]\n"
-    "                [--expect \"ids\"] [--quiet]\n";
+    "                [--expect \"ids\"] [--force \"ids\"] [--logits FILE] [--warmup N]\n"
+    "                [--repeats R] [--quiet]\n";
 
 struct LlmOptions {
   std::string model;
@@ -52,6 +61,10 @@ struct LlmOptions {
   std::string output;
   std::vector<int64_t> expect;
   bool have_expect = false;
+  std::vector<int64_t> force;
+  std::string logits_file;
+  int64_t warmup = 2;
+  int64_t repeats = 1;
   bool quiet = false;
 };
 
@@ -89,15 +102,15 @@ bool parse_into(int argc, char** argv, LlmOptions& o, std::string& error) {
       return true;
     };
     double x = 0;
-    if (a == "--prompt" || a == "--expect") {
+    if (a == "--prompt" || a == "--expect" || a == "--force") {
       const char* v = value(a.c_str());
       if (v == nullptr) return false;
-      std::vector<int64_t>& ids = a == "--prompt" ? o.prompt : o.expect;
+      std::vector<int64_t>& ids = a == "--prompt" ? o.prompt : a == "--expect" ? o.expect : o.force;
       if (!parse_ids(v, ids)) {
         error = a + " takes space-separated token ids, got '" + v + "'";
         return false;
       }
-      (a == "--prompt" ? o.have_prompt : o.have_expect) = true;
+      if (a != "--force") (a == "--prompt" ? o.have_prompt : o.have_expect) = true;
     } else if (a == "--prompt-file") {
       const char* v = value("--prompt-file");
       if (v == nullptr) return false;
@@ -116,6 +129,14 @@ bool parse_into(int argc, char** argv, LlmOptions& o, std::string& error) {
         error = "--new-tokens must be a positive integer";
         return false;
       }
+    } else if (a == "--warmup" || a == "--repeats") {
+      if (!number(a.c_str(), x)) return false;
+      const int64_t v = static_cast<int64_t>(x);
+      if (x != double(v) || v < (a == "--warmup" ? 0 : 1)) {
+        error = a + (a == "--warmup" ? " must be an integer >= 0" : " must be a positive integer");
+        return false;
+      }
+      (a == "--warmup" ? o.warmup : o.repeats) = v;
     } else if (a == "--temperature" || a == "--top-k" || a == "--top-p") {
       if (!number(a.c_str(), x)) return false;
       if (a == "--temperature") o.sampling.temperature = x;
@@ -129,6 +150,10 @@ bool parse_into(int argc, char** argv, LlmOptions& o, std::string& error) {
       const char* v = value("--output");
       if (v == nullptr) return false;
       o.output = v;
+    } else if (a == "--logits") {
+      const char* v = value("--logits");
+      if (v == nullptr) return false;
+      o.logits_file = v;
     } else if (a == "--quiet") {
       o.quiet = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -243,11 +268,18 @@ int llm_main(int argc, char** argv) {
   const int64_t chunk = constant(program, "prefill_length", o.model);
   const int64_t vocab = constant(program, "vocab_size", o.model);
   const int64_t n = static_cast<int64_t>(o.prompt.size());
-  for (int64_t id : o.prompt) {
-    if (id < 0 || id >= vocab) {
-      fail("prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
-           std::to_string(vocab) + ")");
+  for (const auto* ids : {&o.prompt, &o.force}) {
+    for (int64_t id : *ids) {
+      if (id < 0 || id >= vocab) {
+        fail(std::string(ids == &o.prompt ? "prompt" : "--force") + " token " +
+             std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      }
     }
+  }
+  if (!o.force.empty() && int64_t(o.force.size()) < o.new_tokens - 1) {
+    fail("--force gives " + std::to_string(o.force.size()) + " tokens; " +
+         std::to_string(o.new_tokens) + " new tokens feed " + std::to_string(o.new_tokens - 1) +
+         " to decode");
   }
   if (n + o.new_tokens > max_context) {
     fail("a prompt of " + std::to_string(n) + " tokens and " + std::to_string(o.new_tokens) +
@@ -278,32 +310,63 @@ int llm_main(int argc, char** argv) {
   IdTensor tokens({1, TensorImpl::SizesType(chunk)}), positions({TensorImpl::SizesType(chunk)});
   IdTensor last({1}), token({1, 1}), position({1});
   Sampler sampler(o.sampling);
-  const auto prefill_start = Clock::now();
-  const float* logits = nullptr;
+  // One prefill of the whole prompt, chunk by chunk; returns the last chunk's logits.
   int64_t chunks = 0;
-  for (int64_t start = 0; start < n; start += chunk, ++chunks) {
-    const int64_t real = std::min(chunk, n - start);
-    for (int64_t i = 0; i < chunk; ++i) {
-      tokens.data[size_t(i)] = i < real ? o.prompt[size_t(start + i)] : 0;  // pad: any id
-      positions.data[size_t(i)] = start + i;
+  auto prefill_prompt = [&]() {
+    const float* logits = nullptr;
+    chunks = 0;
+    for (int64_t start = 0; start < n; start += chunk, ++chunks) {
+      const int64_t real = std::min(chunk, n - start);
+      for (int64_t i = 0; i < chunk; ++i) {
+        tokens.data[size_t(i)] = i < real ? o.prompt[size_t(start + i)] : 0;  // pad: any id
+        positions.data[size_t(i)] = start + i;
+      }
+      last.data[0] = real - 1;
+      logits = run(prefill, {&tokens, &positions, &last}, vocab,
+                   "prefill of prompt rows " + std::to_string(start) + ".." +
+                       std::to_string(start + real - 1));
     }
-    last.data[0] = real - 1;
-    logits = run(prefill, {&tokens, &positions, &last}, vocab,
-                 "prefill of prompt rows " + std::to_string(start) + ".." +
-                     std::to_string(start + real - 1));
+    return logits;
+  };
+  // Warm-up: the decode steps write row n, which the first timed decode step writes again
+  // before anything reads it.
+  double first_prefill_ms = -1;
+  for (int64_t w = 0; w < o.warmup; ++w) {
+    const auto t0 = Clock::now();
+    prefill_prompt();
+    if (w == 0) first_prefill_ms = ms_since(t0);
+    if (o.new_tokens > 1) {
+      token.data[0] = 0;
+      position.data[0] = n;
+      run(decode, {&token, &position}, vocab, "warm-up decode at position " + std::to_string(n));
+    }
   }
+  std::vector<double> prefill_times;
+  const float* logits = nullptr;
+  for (int64_t r = 0; r < o.repeats; ++r) {
+    const auto t0 = Clock::now();
+    logits = prefill_prompt();
+    prefill_times.push_back(ms_since(t0));
+  }
+  std::vector<float> all_logits;   // --logits: one row per step
+  auto keep_logits = [&](const float* l) {
+    if (!o.logits_file.empty()) all_logits.insert(all_logits.end(), l, l + vocab);
+  };
+  keep_logits(logits);
   std::vector<int64_t> out{sampler.next(logits, size_t(vocab))};
-  const double prefill_ms = ms_since(prefill_start);
+  std::sort(prefill_times.begin(), prefill_times.end());
+  const double prefill_ms = prefill_times[prefill_times.size() / 2];
 
   double execute_ms = 0;
   const auto decode_start = Clock::now();
   for (int64_t step = 1; step < o.new_tokens; ++step) {
-    token.data[0] = out.back();
+    token.data[0] = o.force.empty() ? out.back() : o.force[size_t(step - 1)];
     position.data[0] = n + step - 1;
     const auto t0 = Clock::now();
     logits = run(decode, {&token, &position}, vocab,
                  "decode at position " + std::to_string(position.data[0]));
     execute_ms += ms_since(t0);
+    keep_logits(logits);
     out.push_back(sampler.next(logits, size_t(vocab)));
     if (!o.quiet && (step % 16 == 0 || step + 1 == o.new_tokens)) {
       std::fprintf(stderr, "\rkiln_llm: %lld/%lld tokens, %.3f ms/token", (long long)(step + 1),
@@ -317,8 +380,12 @@ int llm_main(int argc, char** argv) {
   std::printf("prompt_tokens=%lld new_tokens=%lld prefill_chunks=%lld sampling=%s\n",
               (long long)n, (long long)o.new_tokens, (long long)chunks,
               o.sampling.greedy ? "greedy" : "sampled");
-  std::printf("prefill_ms=%.3f (%lld tokens, %.0f tokens/s)\n", prefill_ms, (long long)n,
-              double(n) / (prefill_ms / 1e3));
+  std::printf("prefill_ms=%.3f (%lld tokens, %.0f tokens/s; median of %lld after %lld warm-up)\n",
+              prefill_ms, (long long)n, double(n) / (prefill_ms / 1e3), (long long)o.repeats,
+              (long long)o.warmup);
+  if (first_prefill_ms >= 0) {
+    std::printf("first_prefill_ms=%.3f (loads kernels, builds plans)\n", first_prefill_ms);
+  }
   if (steps > 0) {
     std::printf("decode_ms_per_token=%.4f (execute only, %lld steps)\n",
                 execute_ms / double(steps), (long long)steps);
@@ -330,6 +397,12 @@ int llm_main(int argc, char** argv) {
     std::ofstream f(o.output);
     f << join(out) << "\n";
     if (!f) fail("cannot write the tokens to '" + o.output + "'");
+  }
+  if (!o.logits_file.empty()) {
+    std::ofstream f(o.logits_file, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(all_logits.data()),
+            std::streamsize(all_logits.size() * sizeof(float)));
+    if (!f) fail("cannot write the logits to '" + o.logits_file + "'");
   }
   if (o.have_expect) {
     const bool same = out == o.expect;

@@ -11,11 +11,14 @@ Per program (one line each, PASS/FAIL):
   decode, in one loaded program, the methods sharing the KV cache); they must equal eager HF's
   on this GPU in the program's precision (bf16 programs against the bf16 model) for every step,
   or up to a step where eager's top two logits are within 2e-2 of the largest logit's magnitude
-  (a tie that rounding may flip); small fp32 programs must also equal the CPU's fp32 tokens;
+  (a tie that rounding may flip) at or after step --steps; a bf16 program whose tokens part at such
+  a near-tie earlier passes when, fed eager's tokens (kiln_llm --force: teacher forcing), every
+  step's logits are within 2e-2 of eager's relative to their max; small fp32 programs must also
+  equal the CPU's fp32 tokens;
 - a prompt past the cache and a decode position past it (kiln_runner on `decode`) fail with a
   clear error naming the bound;
 - timings (unless --no-timings): Kiln's prefill of one and four chunks (128 and 512 tokens for
-  llama1b) and decode ms/token at contexts 128 and 1024 where the cache holds them (kiln_llm:
+  llama1b; the median of 20 after kiln_llm's warm-up runs, and the first, cold prefill apart) and decode ms/token at contexts 128 and 1024 where the cache holds them (kiln_llm:
   execute only, host logits included), against
   torch eager and reduce-overhead of the StaticCacheDecoder (CUDA events, median of 50 calls on
   device tensors), and the HBM floor (weight bytes / measured device copy bandwidth).
@@ -53,13 +56,30 @@ def kiln_llm(args, pte, prompt, new_tokens, extra=()):
     m = re.search(r"^tokens: (.*)$", r.stdout, re.M)
     if m:
         got["tokens"] = [int(t) for t in m.group(1).split()]
-    for key, pattern in (("prefill_ms", r"prefill_ms=([\d.]+)"),
-                         ("decode_ms", r"decode_ms_per_token=([\d.]+)"),
-                         ("tokens_per_s", r"tokens_per_s=([\d.]+)")):
-        m = re.search(pattern, r.stdout)
+    for key, pattern in (("prefill_ms", r"^prefill_ms=([\d.]+)"),
+                         ("first_prefill_ms", r"^first_prefill_ms=([\d.]+)"),
+                         ("decode_ms", r"^decode_ms_per_token=([\d.]+)"),
+                         ("tokens_per_s", r"^tokens_per_s=([\d.]+)")):
+        m = re.search(pattern, r.stdout, re.M)
         if m:
             got[key] = float(m.group(1))
     return r, got
+
+
+def forced_logits_error(args, pte, p, eager, eager_logits):
+    """Kiln fed eager's tokens (kiln_llm --force, teacher forcing): the largest difference of its
+    logits from eager's over all steps, relative to each step's largest eager logit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "logits.bin"
+        r, _ = kiln_llm(args, pte, p["prompt"], p["new_tokens"],
+                        ["--force", " ".join(map(str, eager[:-1])), "--logits", str(path)])
+        if r.returncode != 0 or not path.exists():
+            return float("inf"), r.stderr.strip()[-400:]
+        kiln = torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.float32)
+    kiln = kiln.reshape(len(eager_logits), -1)
+    worst = max(float((k - e).abs().max()) / float(e.abs().max())
+                for k, e in zip(kiln, eager_logits))
+    return worst, ""
 
 
 def eager_run(decoder):
@@ -137,6 +157,15 @@ def check_program(args, key, p, failures, results):
         return
     matched, tie = first_divergence(tokens, eager, eager_logits)
     ok = matched >= args.steps and (matched == len(eager) or tie)
+    forced = ""
+    if bf16 and not ok and tie:
+        # A near-tie flipped (bf16 rounds differently from eager's kernels): compare the logits
+        # of every step with eager's tokens fed to both (the issue's "logits within 2e-2").
+        worst, err = forced_logits_error(args, pte, p, eager, eager_logits)
+        ok = worst <= TIE
+        forced = (f"; with eager's tokens fed (teacher forcing) every step's logits within "
+                  f"{worst:.2e} of eager's, relative to their max (tolerance {TIE:g})"
+                  + (f" [{err}]" if err else ""))
     if p.get("cpu_fp32_expected_tokens") and not bf16:
         ok = ok and tokens == p["cpu_fp32_expected_tokens"]
     if not ok:
@@ -144,7 +173,7 @@ def check_program(args, key, p, failures, results):
     print(f"llm {key} greedy tokens: {'PASS' if ok else 'FAIL'} {matched}/{len(eager)} steps "
           f"equal eager HF {p['precision']} on this GPU"
           + ("" if matched == len(eager) else f" (then {'a near-tie' if tie else 'a real'} "
-             "difference)")
+             "difference)") + forced
           + f"; prefill {got.get('prefill_ms', float('nan')):.3f} ms, decode "
             f"{got.get('decode_ms', float('nan')):.4f} ms/token, "
             f"{got.get('tokens_per_s', float('nan')):.0f} tokens/s")
@@ -176,8 +205,9 @@ def check_program(args, key, p, failures, results):
     timing = {"kiln": {}}
     chunk = p["prefill_length"]
     for total in (chunk, 4 * chunk):
-        _, got = kiln_llm(args, pte, (p["prompt"] * total)[:total], 1)
+        _, got = kiln_llm(args, pte, (p["prompt"] * total)[:total], 1, ["--repeats", "20"])
         timing["kiln"][f"prefill_{total}"] = got.get("prefill_ms")
+        timing["kiln"][f"first_prefill_{total}"] = got.get("first_prefill_ms")
     for c in (128, 1024):
         if c + 33 > p["max_context"]:
             continue
