@@ -326,4 +326,17 @@ void check(OpDecoder& d, const EmbeddingBagArgs& a) {
   }
 }
 
+void check(OpDecoder& d, const RopeArgs& a) {
+  table_checks(d, a);
+  if (d.ok() && a.sizes[a.rank - 1] % 2 != 0) {
+    d.fail("the rotated (last) size %lld must be even: its halves trade places",
+           ll(a.sizes[a.rank - 1]));
+    return;
+  }
+  d.require_numel(a.out, "out", numel_of(d, a.rank, a.sizes), "sizes");
+  d.check_extent("x", a.x, a.rank, a.sizes, a.x_offset, a.x_strides);
+  d.check_extent("cos", a.cos, a.rank, a.sizes, a.cos_offset, a.cos_strides);
+  d.check_extent("sin", a.sin, a.rank, a.sizes, a.sin_offset, a.sin_strides);
+}
+
 }  // namespace kiln::engine::op_decoder

@@ -397,6 +397,7 @@ void check(OpDecoder& d, const FusedElementwiseArgs& a);
 void check(OpDecoder& d, const AttentionArgs& a);
 void check(OpDecoder& d, const GatherArgs& a);
 void check(OpDecoder& d, const EmbeddingBagArgs& a);
+void check(OpDecoder& d, const RopeArgs& a);
 
 /// Fills the Args struct of a `custom` op (op_table.def) from its decoded fields.
 void fill(OpDecoder& d, FusedElementwiseArgs& a);

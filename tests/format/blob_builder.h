@@ -203,6 +203,20 @@ class BlobBuilder {
     op(blob::Opcode::kGather, v);
   }
 
+  void rope(int64_t x, int64_t cos, int64_t sin, int64_t out, const Sizes& sizes,
+            int64_t x_offset, const Sizes& x_strides, int64_t cos_offset, const Sizes& cos_strides,
+            int64_t sin_offset, const Sizes& sin_strides) {
+    std::vector<int64_t> v = {x, cos, sin, out, static_cast<int64_t>(sizes.size())};
+    append(v, sizes);
+    v.push_back(x_offset);
+    append(v, x_strides);
+    v.push_back(cos_offset);
+    append(v, cos_strides);
+    v.push_back(sin_offset);
+    append(v, sin_strides);
+    op(blob::Opcode::kRope, v);
+  }
+
   /// One kFusedElementwise instruction, as blob_format.h lays it out.
   struct Instr {
     blob::FusedForm form;

@@ -1,5 +1,5 @@
 """Reference semantics of the elementwise opcodes: kCopy, kBinary, kUnary, kWhere,
-kFusedElementwise and kFill, with the kind tables kFusedElementwise shares."""
+kFusedElementwise, kRope and kFill, with the kind tables kFusedElementwise shares."""
 
 import math
 
@@ -22,6 +22,18 @@ def _copy(m, x, out, rank, sizes, in_offset, in_strides, out_offset, out_strides
     src = in_offset + strided_index(sizes, in_strides)
     dst = out_offset + strided_index(sizes, out_strides)
     m.write(out, dst, m.gather(x, src))
+
+
+@semantics(Opcode.ROPE)
+def _rope(m, x, cos, sin, out, rank, sizes, x_offset, x_strides, cos_offset, cos_strides,
+          sin_offset, sin_strides):
+    def read(t, offset, strides):
+        return m.gather(t, offset + strided_index(sizes, strides)).to(m.fp).reshape(sizes)
+    v = read(x, x_offset, x_strides)
+    h = sizes[-1] // 2
+    rotated = torch.cat([-v[..., h:], v[..., :h]], dim=-1)
+    m.write(out, None, v * read(cos, cos_offset, cos_strides) +
+            rotated * read(sin, sin_offset, sin_strides))
 
 
 @semantics(Opcode.BINARY)

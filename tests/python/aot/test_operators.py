@@ -46,6 +46,16 @@ def bn(channels, seed=1, kind=nn.BatchNorm2d):
     return m
 
 
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rope(x, cos, sin):
+    """HF's apply_rotary_pos_emb for one tensor."""
+    return x * cos + _rotate_half(x) * sin
+
+
 x45, y45 = randn(4, 5), randn(4, 5)
 x4d = randn(2, 4, 9, 7)
 CASES = {
@@ -364,6 +374,16 @@ CASES = {
         torch.tensor([0, 2, 4], dtype=torch.int32)), dict(bag=nn.EmbeddingBag(50, 10, mode="max"))),
     "embedding_bag_2d_input": (lambda m, i: m.bag(i), (randint(10, 3, 4),),
                                dict(bag=nn.EmbeddingBag(10, 6, mode="max"))),
+    # Rotary embedding (rotate-half) as one kRope: q read in place from its projection through
+    # the head transpose, cos/sin broadcast over heads; the other operand order; a head dim the
+    # vector paths would not take (2 x 5).
+    "rope_projection_in_place": (
+        lambda m, x, c, s: _rope(m.q(x).view(1, 10, 4, 16).transpose(1, 2), c[:, None],
+                                 s[:, None]),
+        (randn(1, 10, 64), randn(1, 10, 16), randn(1, 10, 16)), dict(q=nn.Linear(64, 64))),
+    "rope_swapped_operands_odd_half": (
+        lambda m, x, c, s: s * _rotate_half(x) + c * x, (randn(2, 3, 7, 10), randn(7, 10),
+                                                        randn(7, 10))),
 }
 
 

@@ -5,6 +5,7 @@ import torch
 from ..blob_format import BinaryKind, Opcode
 from .common import (FLOAT, any_input, arguments, bool_only, broadcast_strides, coalesce,
                      contiguous_strides, dtype, shape)
+from . import rope
 from .registry import Family
 
 aten = torch.ops.aten
@@ -47,6 +48,10 @@ def _pow_tensor_check(node, ctx):
 
 def _binary(kind):
     def lower(lw, node):
+        if kind == BinaryKind.ADD:
+            rotated = rope.lower(lw, node)   # x * cos + rotate_half(x) * sin: one kRope
+            if rotated is not None:
+                return rotated
         a, b = node.args[:2]
         return lw.binary(kind, a, b, shape(node), dtype(node), arguments(node).get("alpha", 1),
                          node.name)
