@@ -82,6 +82,35 @@ def forced_logits_error(args, pte, p, eager, eager_logits):
     return worst, ""
 
 
+def profile_methods(args, pte, p):
+    """kiln_runner --profile of one decode step (at the prompt's end) and one prefill chunk: the
+    per-op table of each (ops run eagerly, each timed with CUDA events), printed in part and
+    written whole to $KILN_E2E_OUT/llm_profile_<program>.txt."""
+    chunk = p["prefill_length"]
+    text = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for name, value in (("tok1", [[1]]), ("pos1", [len(p["prompt"])]),
+                            ("tokens", [[1] * chunk]), ("positions", list(range(chunk))),
+                            ("last", [chunk - 1])):
+            files[name] = Path(tmp) / f"{name}.bin"
+            files[name].write_bytes(torch.tensor(value).numpy().tobytes())
+        for method, inputs in (("decode", ("tok1", "pos1")),
+                               ("prefill", ("tokens", "positions", "last"))):
+            cmd = [str(args.runner), str(pte), "--method", method, "--iterations", "20",
+                   "--profile"]
+            for i, n in enumerate(inputs):
+                cmd += ["--input", f"{i}={files[n]}"]
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            text.append(f"=== {pte.name} {method} (rc={r.returncode})\n{r.stdout}{r.stderr}")
+    out = os.environ.get("KILN_E2E_OUT")
+    if out:
+        Path(out, f"llm_profile_{pte.stem}.txt").write_text("\n".join(text))
+    for block in text:
+        lines = block.splitlines()
+        print("\n".join(lines[:14]))
+
+
 def eager_run(decoder):
     """run(method, inputs) for kiln_executorch.llm.run_generation over the eager decoder on CUDA."""
     def run(method, inputs):
@@ -202,10 +231,14 @@ def check_program(args, key, p, failures, results):
 
     if args.no_timings:
         return
+    profile_methods(args, pte, p)
     timing = {"kiln": {}}
     chunk = p["prefill_length"]
     for total in (chunk, 4 * chunk):
-        _, got = kiln_llm(args, pte, (p["prompt"] * total)[:total], 1, ["--repeats", "20"])
+        r, got = kiln_llm(args, pte, (p["prompt"] * total)[:total], 1, ["--repeats", "20"])
+        for line in r.stderr.splitlines():
+            if "capture" in line.lower():
+                print(f"  prefill_{total}: {line.strip()}")
         timing["kiln"][f"prefill_{total}"] = got.get("prefill_ms")
         timing["kiln"][f"first_prefill_{total}"] = got.get("first_prefill_ms")
     for c in (128, 1024):

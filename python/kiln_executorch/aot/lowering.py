@@ -34,6 +34,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from .blob_format import BinaryKind, Epilogue, Opcode, Precision, Storage
 from .ir import Graph
 from .ops import OPS, SHAPE_ONLY
+from .ops.matmul import IN_PLACE
 from .ops.common import (KilnLoweringError, Value, aten_op, broadcast_strides, coalesce,
                          contiguous_strides, uniform, val)
 from .ops.common import dtype as _dtype, shape as _shape
@@ -69,6 +70,18 @@ class _Lowering:
         self.producer = {}   # fx node -> the op that computes it (for folding into that op)
 
     def run(self):
+        # ops/matmul.py marks merged projections in node.meta while this lowering runs.
+        self._clear_marks()
+        try:
+            return self._run()
+        finally:
+            self._clear_marks()
+
+    def _clear_marks(self):
+        for node in self.ep.graph.nodes:
+            node.meta.pop(IN_PLACE, None)
+
+    def _run(self):
         sig = self.ep.graph_signature
         user_inputs = list(sig.user_inputs)
         specs = {s.arg.name: s for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
@@ -153,6 +166,8 @@ class _Lowering:
         """Tensor id for a node's value; a constant becomes a weight the first time it is needed.
         A computed constant (full, full_like, ...) with more than one element, all equal, is
         written by kFill instead: bytes the engine can generate are not stored in the blob."""
+        if isinstance(node, Value):
+            return node.tid
         if node not in self.tid:
             c = self.const[node]
             value = uniform(c) if c.numel() > 1 and node.op == "call_function" else None

@@ -65,9 +65,13 @@ def test_projections_are_read_in_place_without_copies():
     assert opcodes(graph).count(Opcode.ATTENTION) == 1
     att = next(op for op in graph.ops if op.opcode == Opcode.ATTENTION)
     assert (att.operands["heads_q"], att.operands["heads_kv"], att.operands["causal"]) == (4, 2, 1)
-    # q read from the [1, 12, 4, 16] projection output: heads 16 apart, positions 64 apart.
-    assert (att.operands["q_stride_h"], att.operands["q_stride_s"]) == (16, 64)
-    assert (att.operands["k_stride_h"], att.operands["k_stride_s"]) == (16, 32)
+    # q, k and v are one matmul writing [1, 12, 64 + 32 + 32] (ops/matmul.py); q read from its
+    # first 64 columns as [1, 4, 12, 16]: heads 16 apart, positions 128 apart.
+    assert opcodes(graph).count(Opcode.MATMUL) == 1
+    assert (att.operands["q_stride_h"], att.operands["q_stride_s"]) == (16, 128)
+    assert (att.operands["k_stride_h"], att.operands["k_stride_s"]) == (16, 128)
+    assert (att.operands["q_offset"], att.operands["k_offset"], att.operands["v_offset"]) == \
+        (0, 64, 96)
     # The output's transpose back to [B, S, H * D] is folded in: the attention writes
     # [1, 12, 4, 16] through its out strides, so there is no copy at all.
     assert opcodes(graph).count(Opcode.COPY) == 0, opcodes(graph)
@@ -152,3 +156,29 @@ def test_packed_qkv_thirds_are_read_in_place():
     (actual,) = run_program(program, x)
     with torch.no_grad():
         torch.testing.assert_close(actual, module(*x), atol=1e-5, rtol=1e-5)
+
+
+class SharedInput(nn.Module):
+    """Projections of one input: q/k/v for attention (merged into one matmul) and a fourth
+    projection read by an elementwise op (left alone: merging it would add a copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = Heads()
+        self.gate = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.heads(x) + torch.sigmoid(self.gate(x))
+
+
+@pytest.mark.parametrize("precision, tol", [("fp32", 1e-5), ("bf16", 3e-2)])
+def test_only_projections_read_in_place_are_merged(precision, tol):
+    module, x = SharedInput().eval(), (randn(1, 12, 64),)
+    program = lower(module, x, precision=precision).exported_program()
+    (graph,) = blobs(program)
+    matmuls = [op for op in graph.ops if op.opcode == Opcode.MATMUL]
+    assert sorted(op.operands["N"] for op in matmuls) == [64, 192], opcodes(graph)
+    # The blocks' copies are dropped; bf16 has the input's cast.
+    assert opcodes(graph).count(Opcode.COPY) == (precision == "bf16"), opcodes(graph)
+    (actual,) = run_program(program, x)
+    torch.testing.assert_close(actual, module(*x), atol=tol, rtol=tol)

@@ -1,7 +1,7 @@
 """Rotary position embedding in HF's rotate-half form as one kRope op: the slices, neg, cat,
 multiplies and add the model wrote (and the head transpose before them) cost no op, x is read in
-place from the projection output, and the result equals eager in every precision. Forms that are
-not rotate-half stay the ops they were."""
+place from the projection output (a column block of the merged q/k projection), and the result
+equals eager in every precision. Forms that are not rotate-half stay the ops they were."""
 
 import pytest
 import torch
@@ -61,10 +61,14 @@ def test_rope_is_one_op_reading_the_projection_in_place(swap):
     assert ops.count(Opcode.COPY) == 3, ops
     assert UnaryKind.NEG not in [op.operands["kind"] for op in graph.ops
                                  if op.opcode == Opcode.UNARY], ops
-    rope = next(op for op in graph.ops if op.opcode == Opcode.ROPE)
-    assert rope.operands["sizes"] == [1, 4, 12, 16]
-    # q read from the [1, 12, 4, 16] projection output: heads 16 apart, positions 64 apart.
-    assert rope.operands["x_strides"] == [768, 16, 64, 1]
+    # q and k are one matmul (ops/matmul.py merges sibling projections read in place), so each
+    # rope reads its column block of the [1, 12, 64 + 32] output: heads 16 apart, positions 96.
+    assert ops.count(Opcode.MATMUL) == 1, ops
+    q_rope, k_rope = (op for op in graph.ops if op.opcode == Opcode.ROPE)
+    assert q_rope.operands["sizes"] == [1, 4, 12, 16]
+    assert q_rope.operands["x_strides"] == [1152, 16, 96, 1]
+    assert (q_rope.operands["x_offset"], k_rope.operands["x_offset"]) == (0, 64)
+    rope = q_rope
     # cos/sin [1, 1, 12, 16] broadcast over the heads.
     assert rope.operands["cos_strides"][1] == 0
     actual = run_program(program, x)

@@ -19,6 +19,7 @@ import torch
 
 from ..blob_format import Opcode
 from .common import FLOAT, arguments, aten_op, contiguous_strides, dtype, shape, val, wrap_dim
+from .matmul import IN_PLACE
 from .registry import Family
 from .views import permutation
 
@@ -85,6 +86,8 @@ def _layout(node):
     own = (node, 0, contiguous_strides(shape(node)))
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return own
+    if IN_PLACE in node.meta:    # a column block of merged projections (ops/matmul.py)
+        return node.meta[IN_PLACE]
     op, args = aten_op(node), arguments(node)
     perm = permutation(node)
     if perm is None and op not in _VIEW_LIKE:

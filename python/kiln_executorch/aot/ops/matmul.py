@@ -1,11 +1,18 @@
 """Matrix products: mm, bmm, addmm and linear, each one kMatmul. A transpose of the last two dims
-of an operand is read in place through trans_a/trans_b instead of being copied."""
+of an operand is read in place through trans_a/trans_b instead of being copied.
+
+Sibling projections (linears of one input with constant weights: an attention block's q, k and
+v) become one kMatmul over their concatenated weights, writing [.., N_q + N_k + N_v]. Each
+sibling's value is then a column block of it: readers that take an offset and strides (SDPA's
+q/k/v, kRope's x, through attention._layout) read it in place via IN_PLACE in the node's meta;
+any other reader gets a kCopy of the block, which the builder drops when nobody reads it.
+"""
 
 import math
 
 import torch
 
-from .common import arguments, matmul_dtypes, shape, val
+from .common import Value, arguments, contiguous_strides, matmul_dtypes, shape, val
 from .registry import Family
 from .views import permutation
 
@@ -43,6 +50,9 @@ def _matrix(lw, node, rank):
 
 @family.lowers(aten.mm.default, aten.bmm.default, check=_mm_check)
 def _mm(lw, node):
+    merged = _merged_or_none(lw, node)
+    if merged is not None:
+        return merged
     a, b = node.args[:2]
     rank = len(shape(a))
     out = lw.new(node)
@@ -56,6 +66,9 @@ def _mm(lw, node):
 
 @family.lowers(aten.addmm.default, check=_addmm_check)
 def _addmm(lw, node):
+    merged = _merged_or_none(lw, node)
+    if merged is not None:
+        return merged
     bias, a, b = node.args[:3]
     out = lw.new(node)
     (m, k), n = shape(a), shape(node)[1]
@@ -65,8 +78,168 @@ def _addmm(lw, node):
     return out
 
 
+IN_PLACE = "kiln_in_place"   # node.meta key: (Value of the merged output, offset, strides)
+_VIEWS = (aten.view_copy.default, aten.unsqueeze_copy.default, aten.squeeze_copy.dims,
+          aten.squeeze_copy.dim, aten.squeeze_copy.default)
+
+
+def _source(node):
+    """The node a chain of views of `node` starts from (projections of one input each view it)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+            getattr(node.target, "_op", node.target) in _VIEWS:
+        node = node.args[0]
+    return node
+
+
+def _constant(lw, node, depth=4):
+    """The value of `node` when it is known ahead of time, evaluating (and recording, as the
+    lowering would when it gets there) the few constant ops before it: a sibling's transposed
+    weight comes after the first sibling in graph order."""
+    if not isinstance(node, torch.fx.Node):
+        return None
+    if node in lw.const:
+        return lw.const[node]
+    if depth == 0 or node.op != "call_function" or \
+            any(_constant(lw, n, depth - 1) is None for n in node.all_input_nodes):
+        return None
+    lw.const[node] = lw._evaluate(node)
+    return lw.const[node]
+
+
+def _projection(lw, node):
+    """(input key, input node, weight [N, K] tensor, bias [N] tensor or None) of a linear, or of an
+    mm / addmm (alpha = beta = 1) of a 2-D input, whose weight and bias are constants; else None."""
+    op = getattr(node.target, "_op", node.target)
+    if op == aten.linear.default:
+        a = arguments(node)
+        x, w, bias = a["input"], a["weight"], a["bias"]
+        weight = _constant(lw, w)
+        if weight is None:
+            return None
+    elif op in (aten.mm.default, aten.addmm.default):
+        bias = node.args[0] if op == aten.addmm.default else None
+        x, b = node.args[1:3] if op == aten.addmm.default else node.args[:2]
+        if op == aten.addmm.default and (arguments(node)["alpha"] != 1 or
+                                         arguments(node)["beta"] != 1):
+            return None
+        weight = _constant(lw, b)
+        if weight is None or weight.dim() != 2 or len(shape(x)) != 2:
+            return None
+        weight = weight.t()
+    else:
+        return None
+    if not isinstance(x, torch.fx.Node) or x in lw.const or weight.dim() != 2:
+        return None
+    if bias is not None and (_constant(lw, bias) is None or len(shape(bias)) != 1 or
+                             shape(bias)[0] != weight.shape[0]):
+        return None
+    key = (_source(x), tuple(shape(x)), weight.shape[1], bias is None, weight.dtype,
+           val(node).dtype)
+    return key, x, weight, None if bias is None else lw.const[bias]
+
+
+_PASS_THROUGH = _VIEWS + (aten.permute_copy.default, aten.transpose_copy.int,
+                          aten.select_copy.int, aten.slice_copy.Tensor, aten.expand_copy.default,
+                          aten.clone.default, torch.ops.dim_order_ops._clone_dim_order.default)
+
+
+def _read_in_place(node):
+    """True when every reader of `node` (through views, permutes, slices and HF's repeat_kv) is
+    SDPA's q, k or v or the x of a rotary embedding (ops/rope.py): readers that take a column
+    block in place. Merging any other projection would add a copy instead of saving a launch."""
+    from .rope import match   # rope imports attention, which imports this module
+    chain, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        chain.add(n)
+        for u in n.users:
+            if u in chain:
+                continue
+            op = getattr(u.target, "_op", u.target)
+            if op in _PASS_THROUGH:
+                todo.append(u)
+            elif op == aten.scaled_dot_product_attention.default:
+                if any(a in chain for a in u.args[3:]) or \
+                        any(v in chain for k, v in u.kwargs.items() if k == "attn_mask"):
+                    return False
+            elif not _in_rope_of(u, chain, match):
+                return False
+    return True
+
+
+def _in_rope_of(node, chain, match, depth=4):
+    """True when `node` (a reader of a chain value) leads within `depth` ops to an add that is
+    the rotary embedding of a value of the chain."""
+    if depth == 0:
+        return False
+    for u in node.users:
+        found = match(u)
+        if found is not None and found[0] in chain:
+            continue
+        if not _in_rope_of(u, chain, match, depth - 1):
+            return False
+    return bool(node.users)
+
+
+def _siblings(lw, node):
+    """The projections of `node`'s input (node first, then the others in graph order) that can
+    share one kMatmul; [node] when there is no other."""
+    mine = _projection(lw, node)
+    if mine is None or IN_PLACE in node.meta or not _read_in_place(node):
+        return [node]
+    source = mine[0][0]
+    candidates = {n for v in [source, *source.users] if isinstance(v, torch.fx.Node)
+                  for n in [v, *v.users]}
+    group = [n for n in node.graph.nodes if n in candidates and n.op == "call_function" and
+             IN_PLACE not in n.meta and (n is node or (
+                 (_projection(lw, n) or (None,))[0] == mine[0] and _read_in_place(n)))]
+    return group if len(group) > 1 and group[0] is node else [node]
+
+
+def _merged(lw, group):
+    """One kMatmul for the sibling projections `group` (see the module docstring); returns the
+    first one's tensor id (a kCopy of its block, like every sibling's)."""
+    found = [_projection(lw, n) for n in group]
+    x = found[0][1]
+    weights = [f[2] for f in found]
+    widths = [w.shape[0] for w in weights]
+    total, k = sum(widths), weights[0].shape[1]
+    m = math.prod(shape(x)) // k
+    lead = tuple(shape(group[0]))[:-1]
+    name = "_".join(n.name for n in group)
+    merged = lw.g.add_tensor(val(group[0]).dtype, lead + (total,), name=name)
+    w = lw.g.add_weight(torch.cat(weights, 0), name=name + "_weight")
+    bias, bias_shape = -1, ()
+    if found[0][3] is not None:
+        bias = lw.g.add_weight(torch.cat([f[3] for f in found]), name=name + "_bias")
+        bias_shape = (total,)
+    lw.matmul(merged, (lw.tensor(x), 0), (w, 1), bias, 1, m, total, k, bias_shape=bias_shape,
+              beta=1.0)
+    strides = contiguous_strides(lead + (total,))
+    offset = 0
+    for n, width in zip(group, widths):
+        n.meta[IN_PLACE] = (Value(merged, lead + (total,)), offset, strides)
+        sizes = list(shape(n))
+        lw.tid[n] = lw.new(n)
+        lw.copy(merged, lw.tid[n], sizes, offset, strides, 0, contiguous_strides(sizes))
+        offset += width
+    return lw.tid[group[0]]
+
+
+def _merged_or_none(lw, node):
+    """The node's tensor id when it is one of several sibling projections (merged on the first
+    one's lowering), else None."""
+    if IN_PLACE in node.meta and node in lw.tid:
+        return lw.tid[node]
+    group = _siblings(lw, node)
+    return _merged(lw, group) if len(group) > 1 else None
+
+
 @family.lowers(aten.linear.default, check=_linear_check)
 def _linear(lw, node):
+    merged = _merged_or_none(lw, node)
+    if merged is not None:
+        return merged
     args = arguments(node)
     x, weight, bias = args["input"], args["weight"], args["bias"]
     out = lw.new(node)
