@@ -3,7 +3,8 @@
 // goes through shared memory in fp32, each lane scores one key against the warp's R queries, and
 // an online softmax (running max and sum per query) rescales the fp32 accumulators, whose
 // head_dim_v columns the lanes share. Masks and the causal bound are applied per score; a causal
-// CTA stops at the last key its queries can see. A query whose every key is masked out gets 0
+// CTA stops at the last key its queries can see, and a tile of keys a Bool mask hides from all of
+// its queries is skipped (decode over a static KV cache reads only the rows written so far). A query whose every key is masked out gets 0
 // (torch's scaled_dot_product_attention gives 0 there too, its "safe softmax").
 //
 // R (queries per warp: 1, 2 or 4) is chosen per launch so that batch-1 shapes still have about
@@ -109,6 +110,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   if (p.causal && i0 + kWarps * R < kv_end) kv_end = i0 + kWarps * R;
 
   for (int64_t j0 = 0; j0 < kv_end; j0 += kKeys) {
+    if (p.mask_kind == MaskKind::kBool) {
+      // A tile of keys no query of this CTA may see is skipped (its scores would all be -inf,
+      // which changes nothing): a static KV cache's rows past the positions written so far.
+      bool seen = false;
+      for (int e = threadIdx.x; e < kWarps * R * kKeys && !seen; e += kThreads) {
+        const int64_t i = i0 + e / kKeys, j = j0 + e % kKeys;
+        seen = i < p.seq_q && j < p.seq_kv && !(p.causal && j > i) &&
+               static_cast<const uint8_t*>(p.mask)[mask_base + i * p.ms[2] + j * p.ms[3]] != 0;
+      }
+      if (!__syncthreads_or(seen)) continue;
+    }
     __syncthreads();  // the previous tile is consumed (and q_s written, on the first pass)
     for (int row = warp; row < kKeys; row += kWarps) {
       const int64_t j = j0 + row;

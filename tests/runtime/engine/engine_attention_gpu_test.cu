@@ -20,7 +20,7 @@
 namespace kiln::engine::gpu_test {
 namespace {
 
-enum class Mask { kNone, kAdditiveRows, kBoolKeys, kDeadRow };
+enum class Mask { kNone, kAdditiveRows, kBoolKeys, kDeadRow, kCachePositions };
 
 struct Case {
   int64_t b, hq, hkv, sq, skv, d, dv;
@@ -77,6 +77,14 @@ void run_case(DType dtype, const Case& c) {
       if (idx[2] == 0 || (idx[3] + idx[2]) % 4 == 0) mask.v[i] = 0.0;
     });
     ms[0] = c.hq * c.sq * c.skv, ms[1] = c.sq * c.skv, ms[2] = c.skv, ms[3] = 1;
+  } else if (c.mask == Mask::kCachePositions) {
+    // [1, 1, Sq, Skv] Bool as a static KV cache's decode/prefill builds it: query i at position
+    // 37 + i sees rows 0..37 + i, so whole tiles of keys past the positions are dead (skipped).
+    mask = HostTensor{DType::kBool, {1, 1, c.sq, c.skv}, std::vector<double>(c.sq * c.skv, 0.0)};
+    for (int64_t i = 0; i < c.sq; ++i) {
+      for (int64_t j = 0; j < c.skv; ++j) mask.v[i * c.skv + j] = j <= 37 + i ? 1.0 : 0.0;
+    }
+    ms[2] = c.skv, ms[3] = 1;
   }
   if (c.mask != Mask::kNone) {
     a.mask = op.add_input(mask);
@@ -173,7 +181,9 @@ TEST_F(EngineGpu, AttentionMasksAndCausal) {
                           Case{1, 3, 3, 17, 40, 32, 32, false, Mask::kAdditiveRows},
                           Case{2, 2, 2, 9, 35, 24, 24, false, Mask::kBoolKeys},
                           Case{2, 2, 2, 7, 12, 8, 8, false, Mask::kDeadRow},
-                          Case{1, 2, 2, 40, 40, 8, 8, true, Mask::kBoolKeys}}) {
+                          Case{1, 2, 2, 40, 40, 8, 8, true, Mask::kBoolKeys},
+                          Case{1, 4, 2, 1, 300, 64, 64, false, Mask::kCachePositions},
+                          Case{1, 4, 2, 19, 300, 64, 64, false, Mask::kCachePositions}}) {
       run_case(dtype, c);
     }
   }
