@@ -364,6 +364,14 @@ CASES = {
         torch.tensor([0, 2, 4], dtype=torch.int32)), dict(bag=nn.EmbeddingBag(50, 10, mode="max"))),
     "embedding_bag_2d_input": (lambda m, i: m.bag(i), (randint(10, 3, 4),),
                                dict(bag=nn.EmbeddingBag(10, 6, mode="max"))),
+    # Attention on GPT-2's packed c_attn output split into q, k and v (getitem of a split, each
+    # read in place at its offset), and on chunks of a tensor computed in the program.
+    "attention_split_qkv": (lambda m, x: F.scaled_dot_product_attention(
+        *(t.view(2, 6, 2, 8).transpose(1, 2) for t in m.qkv(x).split(16, dim=2)),
+        is_causal=True).transpose(1, 2).reshape(2, 6, 16), (randn(2, 6, 16),),
+        dict(qkv=nn.Linear(16, 48))),
+    "attention_chunked_qkv": (lambda m, x: F.scaled_dot_product_attention(
+        *torch.tanh(x).chunk(3, dim=-1)), (randn(1, 3, 5, 24),)),
 }
 
 
