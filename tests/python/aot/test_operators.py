@@ -372,6 +372,14 @@ CASES = {
         dict(qkv=nn.Linear(16, 48))),
     "attention_chunked_qkv": (lambda m, x: F.scaled_dot_product_attention(
         *torch.tanh(x).chunk(3, dim=-1)), (randn(1, 3, 5, 24),)),
+    # aten._adaptive_avg_pool2d to the input's own size (AlexNet's and VGG's classifier input),
+    # a view, between two ops and alone (its output then aliases the partition's input);
+    # adaptive max to the same size.
+    "adaptive_avg_pool_identity": (lambda m, x: m.fc(torch.flatten(F.adaptive_avg_pool2d(
+        torch.relu(x), (9, 7)), 1)), (x4d,), dict(fc=nn.Linear(4 * 9 * 7, 5))),
+    "adaptive_avg_pool_identity_alone": (lambda m, x: F.adaptive_avg_pool2d(x, (9, 7)), (x4d,)),
+    "adaptive_max_pool_identity": (lambda m, x: F.adaptive_max_pool2d(x * 2, (9, 7)) - x,
+                                   (x4d,)),
 }
 
 
