@@ -247,9 +247,11 @@ def main() -> int:
                          "(the others keep theirs) and the header says which were re-measured; "
                          "written back to it unless --markdown names another file")
     args = ap.parse_args()
+    filled = set()    # models listed as not reached, not results of the run
     if args.from_jsonl:
         results = read_jsonl(args.from_jsonl)
         if args.models == "all":  # the models the run did not reach are listed as such
+            filled = set(coverage_models.all_models()) - set(results)
             for name in coverage_models.all_models():
                 results.setdefault(name, {"skipped": "not measured: the run stopped first"})
     else:
@@ -276,14 +278,15 @@ def main() -> int:
     note = args.note
     if args.update:
         old, old_gpu, notes = read_report(args.update)
-        remeasured = [n for n in results if "skipped" not in results[n]]
-        for name in remeasured:
+        new = {n: r for n, r in results.items() if n not in filled}
+        remeasured = [n for n in new if "skipped" not in new[n]]
+        for name in new:
             old_gpu.pop(name, None)
         gpu = {**old_gpu, **(gpu or {})}
         notes.append(f"Re-measured on {_head()} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
                      f"UTC): {', '.join(remeasured)}; the other rows are from the runs above."
                      + (f" {args.note}" if args.note else ""))
-        results = {**old, **{n: results[n] for n in remeasured}}
+        results = {**old, **new}
         note = "\n\n".join(notes)
         args.markdown = args.markdown or args.update
     if args.markdown:
