@@ -5,6 +5,7 @@ outside Kiln (ExecuTorch's CPU kernels), with explain()'s reason for each:
     coverage.py [--models hf_gpt2,resnet18 | --models all] [--jsonl results.jsonl]
                 [--timeout 900] [--markdown bench/results/coverage.md]
     coverage.py --from-jsonl results.jsonl [--gpu gpu.json] --markdown bench/results/coverage.md
+    coverage.py --models hf_gpt2,vgg11 --update bench/results/coverage.md
 
 The models are bench/coverage_models.py's: every torchvision classification model
 (torchvision.models.list_models(module=torchvision.models)) and small configs of HF transformers
@@ -12,7 +13,9 @@ architectures. Each model is exported in a process of its own (a crash, a memory
 --timeout is that model's failure, with the reason, and the others go on); each result is appended
 to --jsonl as it finishes, so a long run can be reported from whatever finished (--from-jsonl).
 An export failure is listed with its reason, never dropped. --gpu: a JSON {model: relative error}
-from the GPU check, shown in the GPU error column.
+from the GPU check, shown in the GPU error column. --update re-measures a few models of a
+committed report: their rows are replaced, every other row keeps its numbers, and the header
+names the re-measured models, the commit and the time.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import collections
 import json
 import multiprocessing
 import operator
+import subprocess
 import sys
 import time
 import traceback
@@ -184,6 +188,51 @@ def read_jsonl(path):
     return results
 
 
+def read_report(path):
+    """(results, gpu errors, note paragraphs) of a report markdown() wrote, so that a run of a
+    few models can update it (--update): the model rows in their order, each with its reasons
+    from the table below it, and the paragraphs between the models paragraph and the summary."""
+    head, _, rest = Path(path).read_text().partition("\n## Summary\n")
+    notes = [p.strip() for p in head.split("\n\n") if p.strip()][3:]
+    table, _, why = rest.partition("\n## Why each operator stays outside\n")
+    results, gpu = {}, {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 5 or cells[0] == "model":
+            continue
+        name, part, outside, seconds, error = cells
+        r = results[name] = {}
+        if part.startswith("not measured"):
+            r["skipped"] = part
+            continue
+        if seconds:
+            r["export_s"] = float(seconds)
+        if part.startswith("export failed: "):
+            r["error"] = part[len("export failed: "):]
+            continue
+        r["partitions"] = int(part)
+        r["outside"] = {} if outside == "none" else {
+            op.strip().strip("`"): int(n) for op, n in
+            (item.rsplit(" x", 1) for item in outside.split(", "))}
+        r["reasons"] = {}
+        if error:
+            gpu[name] = float(error)
+    for line in why.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|", 2)]
+        if line.startswith("| ") and len(cells) == 3 and cells[0] in results:
+            results[cells[0]].setdefault("reasons", {})[cells[1].strip("`")] = cells[2]
+    return results, gpu, notes
+
+
+def _head():
+    """This checkout's commit, for the note an --update adds."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "an unknown commit"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="all", help="comma list, or 'all' (the default)")
@@ -193,10 +242,16 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--note", help="a paragraph for the report (e.g. where and when it ran)")
+    ap.add_argument("--update", type=Path,
+                    help="a report this script wrote: this run's models replace their rows in it "
+                         "(the others keep theirs) and the header says which were re-measured; "
+                         "written back to it unless --markdown names another file")
     args = ap.parse_args()
+    filled = set()    # models listed as not reached, not results of the run
     if args.from_jsonl:
         results = read_jsonl(args.from_jsonl)
         if args.models == "all":  # the models the run did not reach are listed as such
+            filled = set(coverage_models.all_models()) - set(results)
             for name in coverage_models.all_models():
                 results.setdefault(name, {"skipped": "not measured: the run stopped first"})
     else:
@@ -220,8 +275,22 @@ def main() -> int:
             for op, reason in sorted(r["reasons"].items()):
                 print(f"    {op}: {reason}", flush=True)
     gpu = json.loads(args.gpu.read_text()) if args.gpu else None
+    note = args.note
+    if args.update:
+        old, old_gpu, notes = read_report(args.update)
+        new = {n: r for n, r in results.items() if n not in filled}
+        remeasured = [n for n in new if "skipped" not in new[n]]
+        for name in new:
+            old_gpu.pop(name, None)
+        gpu = {**old_gpu, **(gpu or {})}
+        notes.append(f"Re-measured on {_head()} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
+                     f"UTC): {', '.join(remeasured)}; the other rows are from the runs above."
+                     + (f" {args.note}" if args.note else ""))
+        results = {**old, **new}
+        note = "\n\n".join(notes)
+        args.markdown = args.markdown or args.update
     if args.markdown:
-        args.markdown.write_text(markdown(results, gpu, args.note))
+        args.markdown.write_text(markdown(results, gpu, note))
     print("\n".join(summary(results)))
     return 0
 

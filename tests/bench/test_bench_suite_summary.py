@@ -71,3 +71,18 @@ def test_coverage_summary_counts_one_partition_models_and_ranks_operators():
     assert "`cumsum.default` (2 models, 3 nodes), `fmod.Tensor` (1 models, 1 nodes)" in lines[2]
     text = coverage.markdown(results, {"resnet": 3e-6})
     assert "| swin | export failed: RuntimeError: x |" in text and "3.00e-06" in text
+
+
+def test_coverage_update_reads_back_the_report_it_wrote(tmp_path):
+    results = {"hf_a": {"partitions": 1, "outside": {}, "reasons": {}, "export_s": 3.0},
+               "hf_b": {"error": "AttributeError: no '_schema' (at a.py:1 f)", "export_s": 2.0},
+               "vgg": {"partitions": 2, "outside": {"_adaptive_avg_pool2d.default": 1,
+                                                    "cumsum.default": 2},
+                       "reasons": {"cumsum.default": "not in Kiln's operator table"},
+                       "export_s": 9.0},
+               "big": {"skipped": "not measured: the run stopped first"}}
+    report = tmp_path / "coverage.md"
+    report.write_text(coverage.markdown(results, {"hf_a": 2e-6}, "Run on abc.\n\nSecond note."))
+    back, gpu, notes = coverage.read_report(report)
+    assert back == results and list(back) == list(results)
+    assert gpu == {"hf_a": 2e-6} and notes == ["Run on abc.", "Second note."]

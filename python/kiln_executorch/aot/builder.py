@@ -100,6 +100,15 @@ def serialize(graph: Graph) -> bytes:
     return b"".join([header, *body])
 
 
+def _bytes_at(address, size) -> bytes:
+    """A copy of `size` bytes at `address`. Not ctypes.string_at: it takes the size as a C int,
+    so a blob of 2 GiB or more (ViT-H/14's, RegNetY-128GF's fp32 weights) reads as a negative
+    size."""
+    if size == 0:
+        return b""
+    return bytes((ctypes.c_char * size).from_address(address))
+
+
 def _call(fn, args) -> bytes:
     lib = _library()
     out = ctypes.c_void_p()
@@ -109,7 +118,7 @@ def _call(fn, args) -> bytes:
     if rc != 0:
         raise KilnBuilderError(error.value.decode(errors="replace") or f"builder error {rc}")
     try:
-        return ctypes.string_at(out, size.value)
+        return _bytes_at(out.value, size.value)
     finally:
         lib.kiln_builder_free(out)
 

@@ -182,3 +182,55 @@ def test_only_projections_read_in_place_are_merged(precision, tol):
     assert opcodes(graph).count(Opcode.COPY) == (precision == "bf16"), opcodes(graph)
     (actual,) = run_program(program, x)
     torch.testing.assert_close(actual, module(*x), atol=tol, rtol=tol)
+
+
+class PackedSplit(nn.Module):
+    """GPT-2's attention: one packed c_attn projection split into q, k and v with
+    split(width, dim=2), each viewed [B, S, H, D] and transposed."""
+
+    def __init__(self, width=64, heads=4):
+        super().__init__()
+        self.h, self.d = heads, width // heads
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.c_proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        b, s, w = x.shape
+        q, k, v = (t.view(b, s, self.h, self.d).transpose(1, 2)
+                   for t in self.c_attn(x).split(w, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, s, w))
+
+
+def test_split_qkv_pieces_are_read_in_place():
+    # The pieces come through getitem of a split_with_sizes_copy: each is read at its offset in
+    # the packed projection output, and the split's copies go unread (the builder drops them).
+    module, x = PackedSplit().eval(), (randn(2, 7, 64),)
+    program = lower(module, x).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    att = next(op.operands for op in graph.ops if op.opcode == Opcode.ATTENTION)
+    assert (att["q_offset"], att["k_offset"], att["v_offset"]) == (0, 64, 128)
+    assert (att["q_stride_b"], att["q_stride_h"], att["q_stride_s"]) == (7 * 192, 16, 192)
+    assert att["causal"] == 1
+    assert opcodes(graph).count(Opcode.COPY) == 0, opcodes(graph)
+    (actual,) = run_program(program, x)
+    with torch.no_grad():
+        torch.testing.assert_close(actual, module(*x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_query_from_another_multi_output_operator_is_read_as_its_value():
+    # getitem of an operator that is no split (max_pool2d_with_indices' values) cannot be read
+    # in place: the attention reads the pooled tensor itself.
+    def fn(m, x, k, v):
+        q = F.max_pool2d(x, (1, 2), return_indices=True)[0]
+        return F.scaled_dot_product_attention(q, k, v)
+    module = Fn(fn).eval()
+    inputs = (randn(1, 2, 5, 16), randn(1, 2, 6, 8), randn(1, 2, 6, 8))
+    program = lower(module, inputs).exported_program()
+    assert cpu_ops(program) == []
+    (graph,) = blobs(program)
+    att = next(op.operands for op in graph.ops if op.opcode == Opcode.ATTENTION)
+    assert (att["q_offset"], att["q_stride_h"], att["q_stride_s"]) == (0, 40, 8)
+    (actual,) = run_program(program, inputs)
+    torch.testing.assert_close(actual, module(*inputs), atol=1e-5, rtol=1e-5)

@@ -2,6 +2,7 @@
 round trip, section alignment, weight placement, rejected blobs; the builder's errors and its
 fp32 -> bf16/fp16 weight rounding against torch."""
 
+import ctypes
 import struct
 
 import pytest
@@ -162,6 +163,13 @@ def test_a_truncated_ir_buffer_is_an_error_not_a_crash():
     for n in (0, 7, 63, 64, len(ir) // 2, len(ir) - 1):
         with pytest.raises(builder.KilnBuilderError, match="IR"):
             builder._call(lib.kiln_builder_build_blob, (ir[:n], n, builder.PASSES_ALL))
+
+
+def test_blob_bytes_are_read_with_a_64_bit_size():
+    # ctypes.string_at's size is a C int: 2**31 reads as negative (ViT-H/14's 2.5 GB blob).
+    data = ctypes.create_string_buffer(b"kiln blob", 9)
+    assert builder._bytes_at(ctypes.addressof(data), 9) == b"kiln blob"
+    assert builder._bytes_at(None, 0) == b""
 
 
 def test_missing_library_is_a_loud_error(monkeypatch, tmp_path):

@@ -384,6 +384,22 @@ CASES = {
     "rope_swapped_operands_odd_half": (
         lambda m, x, c, s: s * _rotate_half(x) + c * x, (randn(2, 3, 7, 10), randn(7, 10),
                                                         randn(7, 10))),
+    # Attention on GPT-2's packed c_attn output split into q, k and v (getitem of a split, each
+    # read in place at its offset), and on chunks of a tensor computed in the program.
+    "attention_split_qkv": (lambda m, x: F.scaled_dot_product_attention(
+        *(t.view(2, 6, 2, 8).transpose(1, 2) for t in m.qkv(x).split(16, dim=2)),
+        is_causal=True).transpose(1, 2).reshape(2, 6, 16), (randn(2, 6, 16),),
+        dict(qkv=nn.Linear(16, 48))),
+    "attention_chunked_qkv": (lambda m, x: F.scaled_dot_product_attention(
+        *torch.tanh(x).chunk(3, dim=-1)), (randn(1, 3, 5, 24),)),
+    # aten._adaptive_avg_pool2d to the input's own size (AlexNet's and VGG's classifier input),
+    # a view, between two ops and alone (its output then aliases the partition's input);
+    # adaptive max to the same size.
+    "adaptive_avg_pool_identity": (lambda m, x: m.fc(torch.flatten(F.adaptive_avg_pool2d(
+        torch.relu(x), (9, 7)), 1)), (x4d,), dict(fc=nn.Linear(4 * 9 * 7, 5))),
+    "adaptive_avg_pool_identity_alone": (lambda m, x: F.adaptive_avg_pool2d(x, (9, 7)), (x4d,)),
+    "adaptive_max_pool_identity": (lambda m, x: F.adaptive_max_pool2d(x * 2, (9, 7)) - x,
+                                   (x4d,)),
 }
 
 

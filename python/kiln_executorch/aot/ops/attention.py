@@ -5,15 +5,17 @@ The partitioner keeps the operator whole through ExecuTorch's decompositions
 otherwise they all decompose as before. The lowering reads q, k and v where they are: a chain of
 views, permutes, selects and slices of a contiguous tensor (a projection output viewed as [B, S,
 H, D] and transposed to [B, H, S, D], or a third of a packed qkv projection as
-nn.MultiheadAttention splits it) is read through an offset and strides, with no copy, when the
-last dim stays dense (the copies the chain had go unread and the builder drops them); HF's
-repeat_kv (k[:, :, None].expand(...).reshape(...)) is read as grouped-query attention on the
-unexpanded heads. A mask known ahead of time is folded where that changes nothing: all zeros is no
-mask, and 0 on and below the diagonal with <= -1e6 above it is the causal flag (at those values
-softmax gives exactly 0 above the diagonal in every floating dtype).
+nn.MultiheadAttention selects it or GPT-2 splits it) is read through an offset and strides, with
+no copy, when the last dim stays dense (the copies the chain had go unread and the builder drops
+them); any other producer is read as the value it makes. HF's repeat_kv (k[:, :,
+None].expand(...).reshape(...)) is read as grouped-query attention on the unexpanded heads. A
+mask known ahead of time is folded where that changes nothing: all zeros is no mask, and 0 on and
+below the diagonal with <= -1e6 above it is the causal flag (at those values softmax gives
+exactly 0 above the diagonal in every floating dtype).
 """
 
 import math
+import operator
 
 import torch
 
@@ -30,6 +32,8 @@ _CLONES = (aten.clone.default, torch.ops.dim_order_ops._clone_dim_order.default)
 _VIEW_LIKE = (aten.view_copy.default, aten.squeeze_copy.default, aten.squeeze_copy.dim,
               aten.squeeze_copy.dims, aten.unsqueeze_copy.default, aten.select_copy.int,
               aten.slice_copy.Tensor)
+_SPLITS = (aten.split_with_sizes_copy.default, aten.split_copy.Tensor,
+           aten.split_with_sizes.default, aten.split.Tensor)
 MAX_HEAD_DIM = 256          # the engine kernel's limit (kernels/attention.cuh)
 CAUSAL_MASKED = -1e6        # a constant mask at or below this above the diagonal is `causal`
 
@@ -78,17 +82,39 @@ def check(node, ctx=None):
     return None
 
 
+def _piece(node):
+    """(split input, dim, element index along dim where the piece starts) when `node` is
+    getitem of a split / split_with_sizes, else None."""
+    split, index = node.args
+    if not isinstance(split, torch.fx.Node) or split.op != "call_function" or \
+            aten_op(split) not in _SPLITS or not isinstance(split.args[0], torch.fx.Node):
+        return None
+    src = split.args[0]
+    dim = wrap_dim(arguments(split)["dim"], len(shape(src)))
+    return src, dim, sum(int(p.shape[dim]) for p in val(split)[:index])
+
+
 def _layout(node):
     """(root node, element offset, strides) that read `node`'s value from a contiguous root
     through the view-like ops before it (views, permutes, selects, slices, unsqueeze/squeeze,
-    clones), or (node, 0, contiguous strides) where that chain ends or a view cannot be expressed
-    as strides."""
+    clones, a piece of a split), or (node, 0, contiguous strides) where that chain ends or a
+    node cannot be expressed as strides (any other node, operator or not, reads its own value)."""
     own = (node, 0, contiguous_strides(shape(node)))
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return own
     if IN_PLACE in node.meta:    # a column block of merged projections (ops/matmul.py)
         return node.meta[IN_PLACE]
-    op, args = aten_op(node), arguments(node)
+    if node.target is operator.getitem:
+        piece = _piece(node)
+        if piece is None:
+            return own
+        src, dim, start = piece
+        root, offset, strides = _layout(src)
+        return root, offset + start * strides[dim], strides
+    op = aten_op(node)
+    if not isinstance(op, torch._ops.OpOverload):
+        return own
+    args = arguments(node)
     perm = permutation(node)
     if perm is None and op not in _VIEW_LIKE:
         return own

@@ -2,7 +2,7 @@
 max pooling. No opcode of their own: each axis is a read at source positions known ahead of time
 (kGather with a constant index, or one kCopy for whole nearest factors), combined by kBinary
 weights (bilinear), a kReduce (adaptive max) or a kMatmul by an averaging matrix (adaptive
-average); a uniform adaptive pool is a kPool2d.
+average); a uniform adaptive pool is a kPool2d, and one to the input's own size a view.
 
 The source positions and weights are torch's own: the lowering runs the ATen operator on an
 identity basis ([1, n, 1, n] for W, [1, n, n, 1] for H), which gives the interpolation matrix
@@ -168,7 +168,11 @@ def _adaptive_max_check(node, ctx):
 
 
 def _uniform_pool(lw, node, kind):
+    """A kPool2d of the uniform windows; pooling to the input's own size (VGG's 7x7 -> 7x7) is a
+    view: every window is one element."""
     (n, c, h, w), (_, _, ho, wo) = shape(node.args[0]), shape(node)
+    if (h, w) == (ho, wo):
+        return lw.g.add_alias(lw.tensor(node.args[0]), shape(node), name=node.name)
     kh, kw = h // ho, w // wo
     out = lw.new(node)
     lw.g.add_op(Opcode.POOL2D, kind=kind, x=lw.tensor(node.args[0]), out=out, N=n, C=c, H=h,
