@@ -18,7 +18,8 @@ Per program (one line each, PASS/FAIL):
 - a prompt past the cache and a decode position past it (kiln_runner on `decode`) fail with a
   clear error naming the bound;
 - timings (unless --no-timings): Kiln's prefill of one and four chunks (128 and 512 tokens for
-  llama1b; the median of 20 after kiln_llm's warm-up runs, and the first, cold prefill apart) and decode ms/token at contexts 128 and 1024 where the cache holds them (kiln_llm:
+  llama1b; the median of 20 after kiln_llm's warm-up runs, and the first, cold prefill apart)
+  and decode ms/token at contexts 128 and 1024 where the cache holds them (kiln_llm:
   execute only, host logits included), against
   torch eager and reduce-overhead of the StaticCacheDecoder (CUDA events, median of 50 calls on
   device tensors), and the HBM floor (weight bytes / measured device copy bandwidth).
@@ -83,8 +84,9 @@ def forced_logits_error(args, pte, p, eager, eager_logits):
 
 
 def profile_methods(args, pte, p):
-    """kiln_runner --profile of one decode step (at the prompt's end) and one prefill chunk: the
-    per-op table of each (ops run eagerly, each timed with CUDA events), printed in part and
+    """kiln_runner --profile of one decode step (at the prompt's end) and one prefill chunk, after
+    3 warm-up runs (the first loads kernels): the per-op table of each (ops run eagerly, each
+    timed with CUDA events), printed in part and
     written whole to $KILN_E2E_OUT/llm_profile_<program>.txt."""
     chunk = p["prefill_length"]
     text = []
@@ -98,7 +100,7 @@ def profile_methods(args, pte, p):
         for method, inputs in (("decode", ("tok1", "pos1")),
                                ("prefill", ("tokens", "positions", "last"))):
             cmd = [str(args.runner), str(pte), "--method", method, "--iterations", "20",
-                   "--profile"]
+                   "--warmup", "3", "--profile"]
             for i, n in enumerate(inputs):
                 cmd += ["--input", f"{i}={files[n]}"]
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

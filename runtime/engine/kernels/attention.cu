@@ -9,10 +9,14 @@
 //
 // R (queries per warp: 1, 2 or 4) is chosen per launch so that batch-1 shapes still have about
 // two CTAs per SM: fewer queries per CTA re-read K/V from L2 more often, but fill the device.
+// Where even R = 1 leaves the device mostly idle (decode: one query per head over a long KV
+// cache), the keys are split across CTAs too (flash decoding): each split writes its softmax
+// state and a second kernel merges them.
 // KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/attention_cudnn.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -47,6 +51,12 @@ struct Params {
   int64_t qs[3], ks[3], vs[3], ms[4], os[3];
   bool causal;
   float scale;
+  // Split-K (flash decoding): blockIdx.z takes keys [z * chunk, (z + 1) * chunk) and writes its
+  // unnormalised state (max, sum, accumulators) to `partial` for attention_combine; splits 1
+  // writes `out` directly.
+  int splits;
+  int64_t chunk;
+  float* partial;
 };
 
 // Head dims rounded up to 4 (the score loop reads float4; the padding holds zeros), and the
@@ -106,10 +116,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   }
   const int cols = int((p.dv + 31) / 32);
   // Causal: no query of this CTA sees a key past its last query.
-  int64_t kv_end = p.seq_kv;
+  const int64_t kv_begin = int64_t(blockIdx.z) * p.chunk;
+  int64_t kv_end = p.splits > 1 && kv_begin + p.chunk < p.seq_kv ? kv_begin + p.chunk : p.seq_kv;
   if (p.causal && i0 + kWarps * R < kv_end) kv_end = i0 + kWarps * R;
 
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kKeys) {
+  for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kKeys) {
     if (p.mask_kind == MaskKind::kBool) {
       // A tile of keys no query of this CTA may see is skipped (its scores would all be -inf,
       // which changes nothing): a static KV cache's rows past the positions written so far.
@@ -194,6 +205,20 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     const int64_t i = i0 + warp * R + r;
     const float total = warp_reduce(l[r], Sum{});
     if (i >= p.seq_q) continue;
+    if (p.splits > 1) {   // [split][b * heads_q + h][query]: max, sum, dv accumulators
+      float* part = p.partial +
+                    ((int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * p.seq_q + i) * (p.dv + 2);
+      if (lane == 0) {
+        part[0] = m[r];
+        part[1] = total;
+      }
+#pragma unroll
+      for (int t = 0; t < kMaxCols; ++t) {
+        const int64_t c = lane + 32 * t;
+        if (t < cols && c < p.dv) part[2 + c] = acc[r][t];
+      }
+      continue;
+    }
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;  // every key masked out: 0
 #pragma unroll
     for (int t = 0; t < kMaxCols; ++t) {
@@ -203,12 +228,46 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   }
 }
 
+// Merges the splits' states of one query row (blockIdx.x over batch * heads_q * seq_q), one
+// thread per output column: the softmax over all keys is each split's sum and accumulators
+// rescaled to the largest max. Every key masked out (no split saw one) gives 0, as unsplit.
+template <typename T>
+__global__ void attention_combine(Params p) {
+  const int64_t row = blockIdx.x;   // (b * heads_q + h) * seq_q + i
+  const int64_t rows = int64_t(gridDim.x);
+  const int64_t i = row % p.seq_q;
+  const int64_t bh = row / p.seq_q;
+  const int64_t b = bh / p.heads_q, h = bh - b * p.heads_q;
+  const int64_t width = p.dv + 2;
+  float m = -INFINITY;
+  for (int z = 0; z < p.splits; ++z) m = fmaxf(m, p.partial[(z * rows + row) * width]);
+  T* out = static_cast<T*>(p.out) + b * p.os[0] + h * p.os[1] + i * p.os[2];
+  for (int64_t c = threadIdx.x; c < p.dv; c += blockDim.x) {
+    float sum = 0.0f, acc = 0.0f;
+    if (m != -INFINITY) {
+      for (int z = 0; z < p.splits; ++z) {
+        const float* part = p.partial + (z * rows + row) * width;
+        const float w = part[0] == -INFINITY ? 0.0f : expf(part[0] - m);
+        sum += part[1] * w;
+        acc += part[2 + c] * w;
+      }
+    }
+    out[c] = from_float<T>(sum == 0.0f ? 0.0f : acc / sum);
+  }
+}
+
 template <typename T, int R>
 Error launch(const Params& p, int64_t batch, cudaStream_t stream) {
   const int64_t tiles = (p.seq_q + kWarps * R - 1) / (kWarps * R);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(batch * p.heads_q));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(batch * p.heads_q),
+                  static_cast<unsigned>(p.splits));
   const size_t bytes = smem_floats(R, p.d, p.dv) * sizeof(float);
   attention_kernel<T, R><<<grid, kThreads, bytes, stream>>>(p);
+  if (p.splits > 1) {
+    const int threads = p.dv >= 128 ? 128 : 64;
+    attention_combine<T><<<static_cast<unsigned>(batch * p.heads_q * p.seq_q), threads, 0,
+                           stream>>>(p);
+  }
   return Error::Ok;
 }
 
@@ -225,10 +284,24 @@ Error allow_smem(size_t bytes, size_t op) {
                      op, bytes);
 }
 
+// Split-K applies to few query tiles over many keys (decode over a KV cache): at most this many
+// splits, each of at least kMinSplitKeys keys.
+constexpr int kMaxSplits = 32;
+constexpr int64_t kMinSplitKeys = 128;
+constexpr int64_t kMaxSplitQueries = 16;
+
+bool may_split(const AttentionArgs& a) {
+  return a.seq_q <= kMaxSplitQueries && a.seq_kv >= 2 * kMinSplitKeys;
+}
+
 class AttentionStep final : public Step {
  public:
-  AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r)
-      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r) {}
+  AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r,
+                float* partial)
+      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r), partial_(partial) {}
+  ~AttentionStep() override {
+    if (partial_ != nullptr) cudaFree(partial_);
+  }
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.batch == 0 || a_.seq_q == 0) return Error::Ok;
@@ -239,6 +312,7 @@ class AttentionStep final : public Step {
     p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
     p.out = ctx.ptr(a_.out);
     const int r = queries_per_warp(ctx.max_blocks);
+    splits_for(r, ctx.max_blocks, p);
     Error e = Error::Ok;
     visit_floating(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -247,6 +321,22 @@ class AttentionStep final : public Step {
                    : launch<T, 4>(p, a_.batch, ctx.stream);
     });
     return e;
+  }
+
+  /// Splits of the keys (and their length, whole tiles) so that few query tiles still give
+  /// about two CTAs per SM; 1 (no split) where the CTAs already fill the device.
+  void splits_for(int r, int max_blocks, Params& p) const {
+    p.splits = 1;
+    p.chunk = a_.seq_kv;
+    p.partial = partial_;
+    if (partial_ == nullptr) return;
+    const int64_t ctas = a_.batch * a_.heads_q * ((a_.seq_q + kWarps * r - 1) / (kWarps * r));
+    int64_t splits = (max_blocks / 4 + ctas - 1) / ctas;
+    splits = std::min<int64_t>({splits, kMaxSplits, a_.seq_kv / kMinSplitKeys});
+    if (splits <= 1) return;
+    const int64_t tiles = (a_.seq_kv + kKeys - 1) / kKeys;
+    p.chunk = (tiles + splits - 1) / splits * kKeys;
+    p.splits = int((a_.seq_kv + p.chunk - 1) / p.chunk);
   }
 
   /// The largest R (queries per warp) that still gives about two CTAs per SM (max_blocks is
@@ -265,7 +355,8 @@ class AttentionStep final : public Step {
   AttentionArgs a_;
   Params p_;
   blob::DType dtype_;
-  int forced_r_;  // 0: chosen per launch
+  int forced_r_;     // 0: chosen per launch
+  float* partial_;   // split-K states (may_split shapes), else null
 };
 
 // KILN_ATTENTION_QUERIES: queries per CTA (4, 8 or 16) -> R, or 0 (unset: automatic).
@@ -348,7 +439,16 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
   if (e != Error::Ok) return e;
   const Result<int> forced = forced_queries_per_warp(ctx.op_index);
   if (!forced.ok()) return forced.error();
-  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype, forced.get()));
+  float* partial = nullptr;
+  if (may_split(a)) {
+    const size_t bytes = size_t(kMaxSplits) * size_t(a.batch * a.heads_q * a.seq_q) *
+                         size_t(a.head_dim_v + 2) * sizeof(float);
+    KILN_TRY(cuda_status(cudaMalloc(&partial, bytes), Error::MemoryAllocationFailed,
+                         "Kiln engine: op %zu (attention): cudaMalloc of %zu bytes for the "
+                         "split-K partial results",
+                         ctx.op_index, bytes));
+  }
+  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype, forced.get(), partial));
 }
 
 }  // namespace kiln::engine::kernels

@@ -183,7 +183,13 @@ TEST_F(EngineGpu, AttentionMasksAndCausal) {
                           Case{2, 2, 2, 7, 12, 8, 8, false, Mask::kDeadRow},
                           Case{1, 2, 2, 40, 40, 8, 8, true, Mask::kBoolKeys},
                           Case{1, 4, 2, 1, 300, 64, 64, false, Mask::kCachePositions},
-                          Case{1, 4, 2, 19, 300, 64, 64, false, Mask::kCachePositions}}) {
+                          Case{1, 4, 2, 19, 300, 64, 64, false, Mask::kCachePositions},
+                          // Split-K (few queries, many keys): a decode over a long cache, causal
+                          // (later splits see no key at all), an additive mask, no mask.
+                          Case{1, 32, 8, 1, 2048, 64, 64, false, Mask::kCachePositions},
+                          Case{1, 8, 2, 3, 1000, 64, 64, true},
+                          Case{1, 2, 2, 2, 600, 32, 48, false, Mask::kAdditiveRows},
+                          Case{2, 4, 4, 4, 777, 16, 16}}) {
       run_case(dtype, c);
     }
   }
