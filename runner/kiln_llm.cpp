@@ -311,11 +311,10 @@ int llm_main(int argc, char** argv) {
   IdTensor last({1}), token({1, 1}), position({1});
   Sampler sampler(o.sampling);
   // One prefill of the whole prompt, chunk by chunk; returns the last chunk's logits.
-  int64_t chunks = 0;
+  const int64_t chunks = (n + chunk - 1) / chunk;
   auto prefill_prompt = [&]() {
     const float* logits = nullptr;
-    chunks = 0;
-    for (int64_t start = 0; start < n; start += chunk, ++chunks) {
+    for (int64_t start = 0; start < n; start += chunk) {
       const int64_t real = std::min(chunk, n - start);
       for (int64_t i = 0; i < chunk; ++i) {
         tokens.data[size_t(i)] = i < real ? o.prompt[size_t(start + i)] : 0;  // pad: any id

@@ -145,12 +145,19 @@ def _layout(node):
     return root, offset, list(viewed.stride())
 
 
+def layout(node):
+    """_layout(node), or the value itself when the root that chain reaches holds no tensor."""
+    root, offset, strides = _layout(node)
+    if isinstance(root, torch.fx.Node) and not isinstance(val(root), torch.Tensor):
+        return node, 0, contiguous_strides(shape(node))
+    return root, offset, strides
+
+
 def _strided(lw, node):
     """(tensor id, offset, [stride_b, stride_h, stride_s]) reading `node`'s value as
-    [B, H, S, D] in place (see _layout) when its last dim stays dense, else the value itself."""
-    root, offset, strides = _layout(node)
-    if strides[-1] != 1 or min(strides) < 0 or (isinstance(root, torch.fx.Node) and
-                                                 not isinstance(val(root), torch.Tensor)):
+    [B, H, S, D] in place (see layout) when its last dim stays dense, else the value itself."""
+    root, offset, strides = layout(node)
+    if strides[-1] != 1 or min(strides) < 0:
         root, offset, strides = node, 0, contiguous_strides(shape(node))
     if len(strides) == 3:
         strides = [strides[0], 0, strides[1], strides[2]]

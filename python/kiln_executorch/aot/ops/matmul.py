@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .common import Value, arguments, contiguous_strides, matmul_dtypes, shape, val
+from .common import Value, arguments, aten_op, contiguous_strides, matmul_dtypes, shape, val
 from .registry import Family
 from .views import permutation
 
@@ -86,7 +86,7 @@ _VIEWS = (aten.view_copy.default, aten.unsqueeze_copy.default, aten.squeeze_copy
 def _source(node):
     """The node a chain of views of `node` starts from (projections of one input each view it)."""
     while isinstance(node, torch.fx.Node) and node.op == "call_function" and \
-            getattr(node.target, "_op", node.target) in _VIEWS:
+            aten_op(node) in _VIEWS:
         node = node.args[0]
     return node
 
@@ -109,7 +109,7 @@ def _constant(lw, node, depth=4):
 def _projection(lw, node):
     """(input key, input node, weight [N, K] tensor, bias [N] tensor or None) of a linear, or of an
     mm / addmm (alpha = beta = 1) of a 2-D input, whose weight and bias are constants; else None."""
-    op = getattr(node.target, "_op", node.target)
+    op = aten_op(node)
     if op == aten.linear.default:
         a = arguments(node)
         x, w, bias = a["input"], a["weight"], a["bias"]
@@ -155,12 +155,11 @@ def _read_in_place(node):
         for u in n.users:
             if u in chain:
                 continue
-            op = getattr(u.target, "_op", u.target)
+            op = aten_op(u) if u.op == "call_function" else None
             if op in _PASS_THROUGH:
                 todo.append(u)
             elif op == aten.scaled_dot_product_attention.default:
-                if any(a in chain for a in u.args[3:]) or \
-                        any(v in chain for k, v in u.kwargs.items() if k == "attn_mask"):
+                if arguments(u)["attn_mask"] in chain:
                     return False
             elif not _in_rope_of(u, chain, match):
                 return False
@@ -182,48 +181,53 @@ def _in_rope_of(node, chain, match, depth=4):
 
 
 def _siblings(lw, node):
-    """The projections of `node`'s input (node first, then the others in graph order) that can
-    share one kMatmul; [node] when there is no other."""
+    """[(projection, its _projection tuple)] for `node` and the other projections of its input
+    (node first, then graph order) that can share one kMatmul; None when there is no other."""
     mine = _projection(lw, node)
-    if mine is None or IN_PLACE in node.meta or not _read_in_place(node):
-        return [node]
+    if mine is None or not _read_in_place(node):
+        return None
     source = mine[0][0]
     candidates = {n for v in [source, *source.users] if isinstance(v, torch.fx.Node)
                   for n in [v, *v.users]}
-    group = [n for n in node.graph.nodes if n in candidates and n.op == "call_function" and
-             IN_PLACE not in n.meta and (n is node or (
-                 (_projection(lw, n) or (None,))[0] == mine[0] and _read_in_place(n)))]
-    return group if len(group) > 1 and group[0] is node else [node]
+    group = []
+    for n in node.graph.nodes:
+        if n is node:
+            group.append((n, mine))
+        elif n in candidates and n.op == "call_function" and IN_PLACE not in n.meta:
+            found = _projection(lw, n)
+            if found is not None and found[0] == mine[0] and _read_in_place(n):
+                group.append((n, found))
+    return group if len(group) > 1 and group[0][0] is node else None
 
 
 def _merged(lw, group):
-    """One kMatmul for the sibling projections `group` (see the module docstring); returns the
-    first one's tensor id (a kCopy of its block, like every sibling's)."""
-    found = [_projection(lw, n) for n in group]
-    x = found[0][1]
-    weights = [f[2] for f in found]
+    """One kMatmul for the sibling projections `group` (_siblings' pairs; see the module
+    docstring); returns the first one's tensor id (a kCopy of its block, like every sibling's)."""
+    x = group[0][1][1]
+    weights = [found[2] for _, found in group]
     widths = [w.shape[0] for w in weights]
     total, k = sum(widths), weights[0].shape[1]
     m = math.prod(shape(x)) // k
-    lead = tuple(shape(group[0]))[:-1]
-    name = "_".join(n.name for n in group)
-    merged = lw.g.add_tensor(val(group[0]).dtype, lead + (total,), name=name)
+    nodes = [n for n, _ in group]
+    lead = tuple(shape(nodes[0]))[:-1]
+    name = "_".join(n.name for n in nodes)
+    merged = lw.g.add_tensor(val(nodes[0]).dtype, lead + (total,), name=name)
     w = lw.g.add_weight(torch.cat(weights, 0), name=name + "_weight")
     bias, bias_shape = -1, ()
-    if found[0][3] is not None:
-        bias = lw.g.add_weight(torch.cat([f[3] for f in found]), name=name + "_bias")
+    if group[0][1][3] is not None:
+        bias = lw.g.add_weight(torch.cat([found[3] for _, found in group]), name=name + "_bias")
         bias_shape = (total,)
     lw.matmul(merged, (lw.tensor(x), 0), (w, 1), bias, 1, m, total, k, bias_shape=bias_shape,
               beta=1.0)
     strides = contiguous_strides(lead + (total,))
     offset = 0
-    for n, width in zip(group, widths):
+    for n, width in zip(nodes, widths):
         n.meta[IN_PLACE] = (Value(merged, lead + (total,)), offset, strides)
         sizes = list(shape(n))
         lw.tid[n] = lw.new(n)
         lw.copy(merged, lw.tid[n], sizes, offset, strides, 0, contiguous_strides(sizes))
         offset += width
-    return lw.tid[group[0]]
+    return lw.tid[nodes[0]]
 
 
 def _merged_or_none(lw, node):
@@ -232,7 +236,7 @@ def _merged_or_none(lw, node):
     if IN_PLACE in node.meta and node in lw.tid:
         return lw.tid[node]
     group = _siblings(lw, node)
-    return _merged(lw, group) if len(group) > 1 else None
+    return None if group is None else _merged(lw, group)
 
 
 @family.lowers(aten.linear.default, check=_linear_check)

@@ -4,7 +4,7 @@ HF's decoders (Llama, Qwen, Mistral, Gemma, GPT-NeoX) apply RoPE as
 `x * cos + cat(-x[..., h:], x[..., :h]) * sin` (rotate_half), which lowers op by op to two slice
 copies, a neg, two cat copies and a fused multiply-add, after the copy that transposed x to
 [B, H, S, D]. The add lowering asks `lower` first: when its operands are that pattern it emits one
-kRope reading x in place through its views (attention._layout: the projection output before
+kRope reading x in place through its views (attention.layout: the projection output before
 the transpose), and the ops already emitted for the pattern go unread (the builder drops them).
 """
 
@@ -93,15 +93,11 @@ def lower(lw, node):
     found = match(node)
     if found is None:
         return None
-    from .attention import _layout as layout   # the view chain walk SDPA's operands use
+    from .attention import layout   # the view chain walk SDPA's operands use
     x, cos, sin = found
     out_shape = list(shape(node))
     root, x_offset, x_strides = layout(x)
-    if isinstance(root, torch.fx.Node) and not isinstance(root.meta.get("val"), torch.Tensor):
-        root, x_offset, x_strides = x, 0, None
     tx = lw.tensor(root)
-    if x_strides is None:
-        x_strides = broadcast_strides(shape(x), out_shape)
     fields = {}
     for name, t in (("cos", cos), ("sin", sin)):
         tid, sizes = lw.operand(t, broadcast_scalar=True)
