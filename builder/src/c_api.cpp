@@ -30,6 +30,9 @@ Graph build(const void* ir, size_t ir_size, uint32_t passes) {
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fold_attention_transposes(g);
   if (passes & KILN_BUILDER_PASS_PRECISION) convert_precision(g);
   if (passes & KILN_BUILDER_PASS_CHANNELS_LAST) convert_to_channels_last(g);
+  if (passes & KILN_BUILDER_PASS_REDUNDANT_COPIES) compose_copies(g);
+  if (passes & KILN_BUILDER_PASS_REDUNDANT_COPIES) drop_identity_ops(g);
+  if (passes & KILN_BUILDER_PASS_FUSE_NORMS) fold_norm_weights(g);
   if (passes & KILN_BUILDER_PASS_FUSE_ELEMENTWISE) fuse_elementwise(g);
   if (passes & KILN_BUILDER_PASS_BIND_OUTPUTS) bind_outputs(g);
   if (passes & KILN_BUILDER_PASS_COMPACT) compact(g);

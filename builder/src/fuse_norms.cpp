@@ -132,7 +132,61 @@ class RmsMatcher {
   std::unordered_set<int64_t> output_roots_;
 };
 
+// y * w, w a constant of `cols` values read per column and y read densely: w, else kNoTensor.
+int64_t constant_column_weight(const Graph& g, const Op& op, int64_t y, int64_t cols) {
+  if (op.opcode != blob::Opcode::kBinary || op.at("kind") != int64_t(blob::BinaryKind::kMul) ||
+      op.at("b") == kNoTensor) {
+    return kNoTensor;
+  }
+  const bool y_is_a = g.root(op.at("a")) == g.root(y), y_is_b = g.root(op.at("b")) == g.root(y);
+  if (y_is_a == y_is_b) return kNoTensor;
+  const int64_t w = op.at(y_is_a ? "b" : "a");
+  const Tensor& wt = g.tensors[size_t(w)];
+  const auto& sizes = op.list("sizes");
+  if (wt.storage != blob::Storage::kWeight || !is_floating(wt.dtype) || wt.numel() != cols ||
+      g.tensors[size_t(op.out())].numel() != g.tensors[size_t(y)].numel() ||
+      !dense_strides(sizes, op.list(y_is_a ? "a_strides" : "b_strides"))) {
+    return kNoTensor;
+  }
+  const auto& w_strides = op.list(y_is_a ? "b_strides" : "a_strides");
+  if (sizes.empty() || sizes.back() != cols || (cols != 1 && w_strides.back() != 1)) {
+    return kNoTensor;
+  }
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) {
+    if (sizes[d] != 1 && w_strides[d] != 0) return kNoTensor;
+  }
+  return w;
+}
+
 }  // namespace
+
+void fold_norm_weights(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    Op& norm = g.ops[i];
+    if (norm.opcode != blob::Opcode::kLayerNorm || norm.at("weight") != kNoTensor ||
+        norm.at("bias") != kNoTensor) {
+      continue;
+    }
+    const Op* mul = sole_reader(g, norm, output_roots);
+    if (mul == nullptr) continue;
+    const int64_t w = constant_column_weight(g, *mul, norm.out(), norm.at("cols"));
+    const int64_t result = mul->out();
+    const Tensor& r = g.tensors[size_t(result)];
+    if (w == kNoTensor || r.alias_of != kNoTensor || r.storage != blob::Storage::kArena ||
+        r.dtype != g.tensors[size_t(norm.out())].dtype) {
+      continue;
+    }
+    // The norm writes the product where it stands: the weight is a constant and the result a
+    // tensor only the multiply wrote, so nothing in between sees a difference.
+    const size_t j = size_t(mul - g.ops.data());
+    norm.at("weight") = w;
+    norm.at("out") = result;
+    g.ops.erase(g.ops.begin() + std::ptrdiff_t(j));
+    if (j < i) --i;
+  }
+}
 
 void fuse_rms_norms(Graph& g) {
   const RmsMatcher matcher(g);

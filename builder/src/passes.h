@@ -18,6 +18,21 @@ void eliminate_dead_ops(Graph& g);
 /// kLayerNorm with rms set.
 void fuse_rms_norms(Graph& g);
 
+/// A kLayerNorm without weight or bias whose result only a multiply by a constant per-column
+/// weight reads (the `weight * norm(x).to(dtype)` of HF's RMSNorms, once drop_identity_ops has
+/// removed the cast) takes that weight and writes the product.
+void fold_norm_weights(Graph& g);
+
+/// Copies of a whole dense tensor into a same-dtype dense tensor, and multiplies by the scalar 1,
+/// whose result is a plain arena tensor: the result becomes a view of the operand (unless the
+/// operand's storage is written after the op) and the op goes.
+void drop_identity_ops(Graph& g);
+
+/// A kCopy reading a tensor that one earlier kCopy alone wrote, whole and densely, reads that
+/// copy's source instead through composed strides (where the reads map to strides there); the
+/// earlier copy goes when nothing else reads its result.
+void compose_copies(Graph& g);
+
 /// Whether `strides` address `sizes` row-major without gaps or broadcast (a size-1 dimension's
 /// stride never matters).
 bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);

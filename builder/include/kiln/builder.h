@@ -11,7 +11,10 @@
  *   delegate inputs become the low dtype, weights rounded to nearest even as torch's Tensor.to()
  *   does, casts at the delegate's float inputs and outputs); channels-last layout (conv nets'
  *   activations NHWC between convolutions and pools, conv weights KRSC, a layout copy only where
- *   another op needs NCHW); elementwise-chain fusion into kFusedElementwise; binding of outputs
+ *   another op needs NCHW); redundant copies (a copy of a copy reads the first one's source
+ *   through composed strides; same-dtype dense copies and multiplies by 1, the casts precision
+ *   conversion left, become views) and a norm's per-column weight multiply folded into the
+ *   kLayerNorm; elementwise-chain fusion into kFusedElementwise; binding of outputs
  *   to the runtime's output memory; compaction (unreferenced tensors dropped, ids renumbered); liveness-based
  *   best-fit planning of the arena (256-byte aligned). With passes == 0 the IR is written as given
  *   (its arena offsets and arena_size are then used as they are).
@@ -94,7 +97,8 @@ extern "C" {
 #define KILN_BUILDER_PASS_PLAN_MEMORY (1u << 6)
 #define KILN_BUILDER_PASS_FUSE_NORMS (1u << 7)
 #define KILN_BUILDER_PASS_CHANNELS_LAST (1u << 8)
-#define KILN_BUILDER_PASSES_ALL 0x1ffu
+#define KILN_BUILDER_PASS_REDUNDANT_COPIES (1u << 9)
+#define KILN_BUILDER_PASSES_ALL 0x3ffu
 /* Skip the final check with the runtime's blob reader. Only for tools that write deliberately
  * malformed blobs (the reader's fuzz seeds); a blob for a program is always checked. */
 #define KILN_BUILDER_UNCHECKED (1u << 31)

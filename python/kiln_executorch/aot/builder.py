@@ -39,7 +39,8 @@ PASS_COMPACT = 1 << 5
 PASS_PLAN_MEMORY = 1 << 6
 PASS_FUSE_NORMS = 1 << 7
 PASS_CHANNELS_LAST = 1 << 8
-PASSES_ALL = 0x1FF
+PASS_REDUNDANT_COPIES = 1 << 9
+PASSES_ALL = 0x3FF
 WRITE_ONLY = 0                  # the IR is already planned: write it as it is
 UNCHECKED = 1 << 31             # skip the reader's check (deliberately malformed fuzz seeds only)
 
