@@ -21,10 +21,6 @@
 namespace kiln::builder {
 namespace {
 
-// The largest H * W whose global pooling reduces NHWC ([N, H * W, C]) rather than through an
-// NCHW copy (see kReduce in visit()).
-constexpr int64_t kNhwcReduceLimit = 256;
-
 using Shape = std::vector<int64_t>;
 
 Shape nchw_strides(const Shape& s) { return {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1}; }
@@ -306,12 +302,10 @@ class Layout {
       case blob::Opcode::kReduce:
         if (nhwc_read(op.at("x"))) {
           const Shape& s = g_.tensors[size_t(op.at("x"))].shape;
-          // The reduce kernel runs a thread per (outer, inner) column down the middle axis, so
-          // [N, H*W, C] is fast only for small images (resnet's final 7x7); a larger one (the
-          // squeeze-excitation pools of efficientnet, 112x112 over 32 channels: 0.7 ms on the
-          // H200) reads NCHW through one layout copy and reduces rows instead.
+          // [N, H*W, C]: the reduce kernel splits a long axis over column tiles and chunks
+          // (efficientnet's 112x112 squeeze-excitation pools over 32 channels included).
           if (s.size() == 4 && op.at("outer") == s[0] * s[1] && op.at("reduce") == s[2] * s[3] &&
-              op.at("inner") == 1 && s[2] * s[3] <= kNhwcReduceLimit) {
+              op.at("inner") == 1) {
             op.at("outer") = s[0];
             op.at("inner") = s[1];
             return;

@@ -121,6 +121,81 @@ __global__ void reduce_columns_kernel(const T* __restrict__ x, void* __restrict_
   }
 }
 
+// inner > 1 with few outputs and a long reduced axis (a global average pool over NHWC activations:
+// inner = channels, reduce = H * W), where a thread per output would walk thousands of rows
+// alone: a block covers kColTile neighbouring columns with kColRows rows at a time, and
+// blockIdx.z takes one `chunk` of the axis. With one chunk the block writes the result; with
+// several each writes its partial value to `partial` ([chunks, outer * inner]) and
+// reduce_partials_kernel combines them in chunk order.
+inline constexpr int kColTile = 32, kColRows = 8;
+
+template <typename T>
+__global__ void reduce_column_tiles_kernel(const T* __restrict__ x, void* __restrict__ out,
+                                           DType out_dtype, int64_t reduce, int64_t inner,
+                                           int64_t chunk, ReduceKind kind,
+                                           AccOf<T>* __restrict__ partial) {
+  using Acc = AccOf<T>;
+  __shared__ Acc scratch[kColRows][kColTile];
+  const Combine<Acc> combine{kind};
+  const int64_t col = int64_t(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t o = blockIdx.y;
+  const int64_t begin = int64_t(blockIdx.z) * chunk;
+  const int64_t end = begin + chunk < reduce ? begin + chunk : reduce;
+  Acc acc = identity<Acc>(kind);
+  if (col < inner) {
+    const T* base = x + o * reduce * inner + col;
+#pragma unroll 4
+    for (int64_t r = begin + threadIdx.y; r < end; r += kColRows) {
+      acc = combine(acc, value<T, Acc>(kind, base[r * inner]));
+    }
+  }
+  scratch[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= inner) return;
+  for (int k = 1; k < kColRows; ++k) acc = combine(acc, scratch[k][threadIdx.x]);
+  const int64_t i = o * inner + col;
+  if (gridDim.z == 1) {
+    store_result(out, out_dtype, i, acc, kind, reduce);
+  } else {
+    partial[int64_t(blockIdx.z) * gridDim.y * inner + i] = acc;
+  }
+}
+
+template <typename Acc>
+__global__ void reduce_partials_kernel(const Acc* __restrict__ partial, void* __restrict__ out,
+                                       DType out_dtype, int64_t outputs, int64_t chunks,
+                                       int64_t reduce, ReduceKind kind) {
+  const Combine<Acc> combine{kind};
+  for (int64_t i = thread_index(); i < outputs; i += thread_count()) {
+    Acc acc = identity<Acc>(kind);
+    for (int64_t z = 0; z < chunks; ++z) acc = combine(acc, partial[z * outputs + i]);
+    store_result(out, out_dtype, i, acc, kind, reduce);
+  }
+}
+
+// How reduce_column_tiles_kernel splits [outer, reduce, inner]: chunks of the axis such that
+// the grid has about kColTargetBlocks blocks, each chunk at least kColMinChunk rows. chunks == 0:
+// the shape is left to reduce_columns_kernel (many outputs: a thread per output fills the GPU).
+struct ColumnSplit {
+  int64_t chunk = 0, chunks = 0;
+};
+
+inline ColumnSplit column_split(int64_t outer, int64_t reduce, int64_t inner) {
+  constexpr int64_t kColTargetBlocks = 512, kColMinChunk = 64, kMaxOutputs = int64_t(1) << 18;
+  ColumnSplit s;
+  if (inner <= 1 || reduce < 2 * kColRows || outer > 65535 || outer * inner > kMaxOutputs) {
+    return s;
+  }
+  const int64_t tiles = (inner + kColTile - 1) / kColTile * outer;
+  int64_t chunks = (kColTargetBlocks + tiles - 1) / tiles;
+  const int64_t most = (reduce + kColMinChunk - 1) / kColMinChunk;
+  chunks = chunks < most ? chunks : most;
+  chunks = chunks < 1024 ? chunks : 1024;
+  s.chunk = (reduce + chunks - 1) / chunks;
+  s.chunks = (reduce + s.chunk - 1) / s.chunk;
+  return s;
+}
+
 // --- Argmax / argmin: the index of the first largest / smallest element, NaN counting as the
 // largest (argmax) and the smallest (argmin), as torch gives. Values compare in fp32 (exact for
 // every floating storage type) or int64. ---
@@ -311,7 +386,16 @@ class ReduceStep final : public Step {
   ReduceStep(const ReduceArgs& args, const Graph& graph)
       : a_(args),
         x_dtype_(graph.tensors[args.x].dtype),
-        out_dtype_(graph.tensors[args.out].dtype) {}
+        out_dtype_(graph.tensors[args.out].dtype),
+        split_(args.kind == ReduceKind::kArgmax || args.kind == ReduceKind::kArgmin ||
+                       args.kind == ReduceKind::kMedian
+                   ? ColumnSplit{}
+                   : column_split(args.outer, args.reduce, args.inner)) {}
+
+  // Both accumulator types (int64 and double) are 8 bytes.
+  size_t workspace_bytes() const override {
+    return split_.chunks > 1 ? size_t(split_.chunks * a_.outer * a_.inner) * 8 : 0;
+  }
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.outer == 0 || a_.inner == 0) {
@@ -327,6 +411,19 @@ class ReduceStep final : public Step {
         const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock / 32, ctx.max_blocks);
         median_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer,
                                                             a_.reduce, a_.inner);
+      } else if (split_.chunks > 0) {
+        using Acc = AccOf<T>;
+        Acc* partial = static_cast<Acc*>(ctx.workspace);
+        const dim3 grid(unsigned((a_.inner + kColTile - 1) / kColTile), unsigned(a_.outer),
+                        unsigned(split_.chunks));
+        reduce_column_tiles_kernel<T><<<grid, dim3(kColTile, kColRows), 0, ctx.stream>>>(
+            x, out, out_dtype_, a_.reduce, a_.inner, split_.chunk, a_.kind, partial);
+        if (split_.chunks > 1) {
+          const int64_t outputs = a_.outer * a_.inner;
+          reduce_partials_kernel<Acc>
+              <<<blocks_for(outputs, kBlock, ctx.max_blocks), kBlock, 0, ctx.stream>>>(
+                  partial, out, out_dtype_, outputs, split_.chunks, a_.reduce, a_.kind);
+        }
       } else if (a_.inner > 1) {
         const unsigned blocks = blocks_for(a_.outer * a_.inner, kBlock, ctx.max_blocks);
         reduce_columns_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(x, out, out_dtype_, a_.outer,
@@ -348,6 +445,7 @@ class ReduceStep final : public Step {
  private:
   ReduceArgs a_;
   DType x_dtype_, out_dtype_;
+  ColumnSplit split_;
 };
 
 // --- Cumsum: inclusive prefix sums along the middle axis of [outer, dim, inner]. ---

@@ -103,7 +103,11 @@ TEST_F(EngineGpu, ReduceEveryKindRowsAndColumns) {
   const blob::ReduceKind kinds[] = {blob::ReduceKind::kSum, blob::ReduceKind::kMean,
                                     blob::ReduceKind::kAmax, blob::ReduceKind::kAmin,
                                     blob::ReduceKind::kAny};
-  for (const Case& rc : {Case{3, 50, 1}, Case{2, 40, 6}, Case{2, 5000, 1}, Case{4, 1, 3}}) {
+  // Columns (inner > 1): a thread per output (4x1x3), tiles of one chunk (2x40x6), tiles over
+  // many chunks combined from the workspace (an NHWC global pool 1x12544x32; a partial tile
+  // 2x3000x40; 3x200x1000 wide and a few chunks).
+  for (const Case& rc : {Case{3, 50, 1}, Case{2, 40, 6}, Case{2, 5000, 1}, Case{4, 1, 3},
+                         Case{1, 12544, 32}, Case{2, 3000, 40}, Case{3, 200, 1000}}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kInt64, DType::kBool}) {
       OneOp c;
       const HostTensor x =
