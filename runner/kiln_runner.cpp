@@ -15,6 +15,8 @@
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +56,11 @@ std::vector<std::unique_ptr<DeviceMemory>> bind_device_outputs(et::Method& metho
   return output_memory;
 }
 
+void cuda_profiler(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail(std::string("--profiler-range: ") + what + " failed: " +
+                                  cudaGetErrorString(status));
+}
+
 // One run of the method (the inputs of one --next group): warm-up, the executes, its outputs and
 // the lines --copy-stats, --iterations, --profile and --device-timing ask for.
 void execute_run(et::Method& method, const et::MethodMeta& meta, const Options& opts, size_t r,
@@ -71,6 +78,7 @@ void execute_run(et::Method& method, const et::MethodMeta& meta, const Options& 
   }
   if (opts.profile && profiler().available()) profiler().reset();
   std::vector<double> ms;
+  if (opts.profiler_range) cuda_profiler(cudaProfilerStart(), "cudaProfilerStart");
   for (int it = 0; it < std::max(1, opts.iterations); ++it) {
     bind_inputs(method, inputs);
     const auto t0 = std::chrono::steady_clock::now();
@@ -79,6 +87,7 @@ void execute_run(et::Method& method, const et::MethodMeta& meta, const Options& 
     if (err != et::Error::Ok) fail("execute('" + opts.method + "')", err);
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
+  if (opts.profiler_range) cuda_profiler(cudaProfilerStop(), "cudaProfilerStop");
   if (opts.runs.size() > 1) std::printf("# run %zu\n", r);
   print_outputs(method, opts, r);
   if (opts.copy_stats) {

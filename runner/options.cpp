@@ -92,6 +92,8 @@ bool parse_options(int argc, const char* const* argv, Options& out, std::string&
       out.copy_stats = true;
     } else if (arg == "--profile") {
       out.profile = true;
+    } else if (arg == "--profiler-range") {
+      out.profiler_range = true;
     } else if (arg == "--output-dir") {
       if (!value(out.output_dir)) return false;
     } else if (!arg.empty() && arg[0] == '-') {

@@ -13,7 +13,7 @@ inline constexpr const char* kUsage =
     "usage: kiln_runner <model.pte> [--method NAME] [--input I=path.bin ...] [--shape I=d0,d1,...]\n"
     "                   [--next --input I=path.bin ...] [--iterations N] [--warmup M]\n"
     "                   [--output-dir DIR] [--values K] [--copy-stats] [--profile]\n"
-    "                   [--device-timing N]\n"
+    "                   [--device-timing N] [--profiler-range]\n"
     "  --input I=FILE   raw little-endian bytes for input I (default: ones of the input's dtype)\n"
     "  --shape I=DIMS   actual shape of a dynamic input I (default: the shape in the program)\n"
     "  --next           execute the same loaded method again with the inputs that follow\n"
@@ -28,7 +28,10 @@ inline constexpr const char* kUsage =
     "  --device-timing N  device-resident programs only: run N more executes on a CUDA stream\n"
     "                   handed to Kiln (kiln/executorch/stream.h, so execute only enqueues) and\n"
     "                   print the median GPU span of one execute between CUDA events, and the\n"
-    "                   time per execute of N executes enqueued back to back\n";
+    "                   time per execute of N executes enqueued back to back\n"
+    "  --profiler-range only the timed executes run between cudaProfilerStart and\n"
+    "                   cudaProfilerStop (for `ncu --profile-from-start off`: per-kernel GPU\n"
+    "                   times of the CUDA graph replay, warm-up and load left out)\n";
 
 /// One execution of the method: which inputs come from files (the rest are ones).
 struct Run {
@@ -47,6 +50,7 @@ struct Options {
   bool copy_stats = false;
   bool profile = false;
   int device_timing = 0;  // executes timed on a caller stream (device-resident programs)
+  bool profiler_range = false;  // cudaProfilerStart/Stop around the timed executes
 };
 
 /// Fills `out` from argv. Returns false and sets `error` on any malformed or unknown argument.

@@ -17,6 +17,7 @@
 #       (each with the install tree, the GPU tests and other programs in the first) and prints
 #       the run command of each.
 #   scripts/gpu-check.sh run [--compile default,reduce-overhead] [--iterations N] [--keys K1,K2] [--profile]
+#                            [--kernels K1,K2]  (per-kernel times under ncu: bench/kernel_times.py)
 #       on the GPU machine (CUDA 13 driver, python3 with torch): unpacks the bundle, runs the
 #       engine's GPU tests, the end-to-end checks of tests/gpu_e2e (check_<name>.py over what
 #       export_<name>.py staged; check_suite.py: every case of ExecuTorch's backend operator suite
@@ -98,7 +99,7 @@ prepare)
   ;;
 run|sanitize)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
-  compile=""; iterations=200; keys=""; profile=""; gtest_filter="*"
+  compile=""; iterations=200; keys=""; profile=""; kernels=""; gtest_filter="*"
   while [ $# -gt 0 ]; do
     case "$1" in
       --compile) compile="$2"; shift 2 ;;
@@ -106,6 +107,7 @@ run|sanitize)
       --iterations) iterations="$2"; shift 2 ;;
       --keys) keys="$2"; shift 2 ;;
       --profile) profile=1; shift ;;  # also kiln_runner --profile per program -> OUT/profiles.txt
+      --kernels) kernels="$2"; shift 2 ;;  # these keys' per-kernel times under ncu -> OUT/kernels.txt
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
   done
@@ -224,6 +226,13 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
     ${compile:+--compile "$compile"} ${keys:+--keys "$keys"} ${profile:+--profile} 2>&1 \
     | tee "$out/gpu_run.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  if [ -n "$kernels" ]; then
+    echo "== per-kernel GPU times of one warm execute (ncu over kiln_runner --profiler-range)"
+    PYTHONUNBUFFERED=1 python3 bench/kernel_times.py --models "$stage/models" \
+      --runner "$stage/site/kiln_executorch/bin/kiln_runner" --keys "$kernels" \
+      --out "$out/kernels.txt" 2>&1 | tee "$out/kernel_times.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  fi
   if [ -d "$stage/roofline" ]; then
     echo "== roofline: the FFN block against the measured copy bandwidth and bf16 matrix rate"
     PYTHONUNBUFFERED=1 python3 bench/roofline.py run --models "$stage/roofline" \

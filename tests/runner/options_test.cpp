@@ -60,6 +60,17 @@ TEST(RunnerOptions, ProfileIsAFlagWithoutAValue) {
   EXPECT_TRUE(std::string(kiln::runner::kUsage).find("--profile") != std::string::npos);
 }
 
+TEST(RunnerOptions, ProfilerRangeIsAFlagOffByDefault) {
+  Options o;
+  std::string e;
+  ASSERT_TRUE(parse({"m.pte"}, o, e)) << e;
+  EXPECT_FALSE(o.profiler_range);
+  ASSERT_TRUE(parse({"m.pte", "--profiler-range", "--iterations", "2"}, o, e)) << e;
+  EXPECT_TRUE(o.profiler_range);
+  EXPECT_EQ(o.iterations, 2);
+  EXPECT_TRUE(std::string(kiln::runner::kUsage).find("--profiler-range") != std::string::npos);
+}
+
 TEST(RunnerOptions, DeviceTimingTakesACount) {
   Options o;
   std::string e;
