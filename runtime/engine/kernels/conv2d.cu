@@ -11,6 +11,7 @@
 #include "format/fail.h"
 #include "runtime/engine/kernels/autotune.cuh"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/conv2d_cudnn.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -382,6 +383,10 @@ Result<UniqueCudnn> create_cudnn() {
 }
 
 StepResult make_conv2d_step(const Conv2dArgs& args, const InitContext& ctx) {
+  if (const char* why = cudnn_fused_conv_unsupported(args, ctx.graph); why == nullptr) {
+    StepResult fused = make_cudnn_fused_conv_step(args, ctx);
+    if (fused.ok() || fused.error() != Error::NotSupported) return fused;
+  }
   auto step = std::make_unique<Conv2dStep>(args, ctx.graph);
   KILN_TRY(step->init(ctx));
   return std::unique_ptr<Step>(std::move(step));
