@@ -25,6 +25,7 @@ Graph build(const void* ir, size_t ir_size, uint32_t passes) {
   Graph g = read_ir(ir, ir_size);
   if (passes & KILN_BUILDER_PASS_DEAD_OPS) eliminate_dead_ops(g);
   if (passes & KILN_BUILDER_PASS_FUSE_NORMS) fuse_rms_norms(g);
+  if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_silu(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_matmul_epilogues(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fuse_conv_epilogues(g);
   if (passes & KILN_BUILDER_PASS_MATMUL_EPILOGUES) fold_attention_transposes(g);

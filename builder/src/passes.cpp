@@ -157,6 +157,44 @@ void fuse_activations(Graph& g, blob::Opcode opcode, blob::Epilogue (*activation
 
 }  // namespace
 
+void fuse_silu(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const Op& sig = g.ops[i];
+    if (sig.opcode != blob::Opcode::kUnary ||
+        sig.at("kind") != int64_t(blob::UnaryKind::kSigmoid)) {
+      continue;
+    }
+    const int64_t x = sig.at("x");
+    const Op* mul = sole_reader(g, sig, output_roots);
+    if (mul == nullptr || mul->opcode != blob::Opcode::kBinary ||
+        mul->at("kind") != int64_t(blob::BinaryKind::kMul) || mul->at("b") == kNoTensor) {
+      continue;
+    }
+    // x * sigmoid(x) in either order, both read densely over the whole result.
+    const int64_t a = mul->at("a"), b = mul->at("b");
+    const bool sig_is_b = g.root(b) == g.root(sig.out()) && a == x;
+    const bool sig_is_a = g.root(a) == g.root(sig.out()) && b == x;
+    const Tensor& xt = g.tensors[size_t(x)];
+    const Tensor& out = g.tensors[size_t(mul->out())];
+    const auto& sizes = mul->list("sizes");
+    if (sig_is_a == sig_is_b || xt.dtype != out.dtype ||
+        g.tensors[size_t(sig.out())].dtype != out.dtype || xt.numel() != out.numel() ||
+        !dense_strides(sizes, mul->list("a_strides")) ||
+        !dense_strides(sizes, mul->list("b_strides"))) {
+      continue;
+    }
+    // The silu writes the product where the multiply stood (x exists there; nothing else read the
+    // sigmoid).
+    const size_t j = size_t(mul - g.ops.data());
+    g.ops[j] = make_op(blob::Opcode::kUnary, {{int64_t(blob::UnaryKind::kSilu)}, {x},
+                                              {mul->out()}, {double_bits(0.0)}, {double_bits(0.0)}});
+    g.ops.erase(g.ops.begin() + std::ptrdiff_t(i));
+    --i;
+  }
+}
+
 void fuse_matmul_epilogues(Graph& g) {
   std::unordered_set<int64_t> output_roots;
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));

@@ -37,6 +37,10 @@ void compose_copies(Graph& g);
 /// stride never matters).
 bool dense_strides(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides);
 
+/// x * sigmoid(x) (the decomposition of silu ExecuTorch's export writes) becomes one kUnary
+/// silu, which the conv and matmul epilogue passes can then fold.
+void fuse_silu(Graph& g);
+
 /// kMatmul whose result only an add of a same-shaped tensor reads: that tensor becomes the
 /// matmul's residual (the add's result a view of the matmul's). Then kMatmul followed by
 /// relu/gelu as the only reader of its result: the activation runs in the matmul's epilogue and

@@ -68,6 +68,44 @@ TEST(ConvPasses, ResidualAddThenRelu6FuseIntoTheConvolution) {
   finish_and_read_back(g);
 }
 
+TEST(ConvPasses, TheExportsSiluDecompositionFoldsIntoTheConvolution) {
+  // y * sigmoid(y) and sigmoid(y) * y both become silu(y), then the conv's epilogue.
+  for (bool sigmoid_first : {false, true}) {
+    Graph g;
+    const int64_t y = pointwise_conv(g, {1, 2, 3, 3});
+    const int64_t sig = arena(g, {1, 2, 3, 3}, "sig");
+    const int64_t act = arena(g, {1, 2, 3, 3}, "act");
+    g.ops.push_back(unary(U::kSigmoid, y, sig));
+    g.ops.push_back(sigmoid_first ? binary(K::kMul, sig, y, act, 18)
+                                  : binary(K::kMul, y, sig, act, 18));
+    g.outputs = {act};
+    fuse_silu(g);
+    ASSERT_EQ(g.ops.size(), 2u);
+    EXPECT_EQ(g.ops[1].opcode, O::kUnary);
+    EXPECT_EQ(g.ops[1].at("kind"), int64_t(U::kSilu));
+    EXPECT_EQ(g.ops[1].at("x"), y);
+    fuse_conv_epilogues(g);
+    ASSERT_EQ(g.ops.size(), 1u);
+    EXPECT_EQ(g.ops[0].at("epilogue"), int64_t(blob::Epilogue::kSilu));
+    finish_and_read_back(g);
+  }
+  // sigmoid(y) * z, or a sigmoid another op also reads, stays.
+  Graph g;
+  const int64_t y = pointwise_conv(g, {1, 2, 3, 3});
+  const int64_t z = input(g, {1, 2, 3, 3}, 1);
+  const int64_t sig = arena(g, {1, 2, 3, 3}, "sig");
+  const int64_t act = arena(g, {1, 2, 3, 3}, "act");
+  g.ops.push_back(unary(U::kSigmoid, y, sig));
+  g.ops.push_back(binary(K::kMul, z, sig, act, 18));
+  g.outputs = {act};
+  fuse_silu(g);
+  EXPECT_EQ(g.ops.size(), 3u);
+  g.ops[2] = binary(K::kMul, y, sig, act, 18);
+  g.outputs = {act, sig};
+  fuse_silu(g);
+  EXPECT_EQ(g.ops.size(), 3u);
+}
+
 TEST(ConvPasses, OtherClampsAndSharedResultsStayOps) {
   Graph g;
   const int64_t y = pointwise_conv(g, {1, 2, 3, 3});
