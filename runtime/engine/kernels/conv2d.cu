@@ -72,6 +72,46 @@ __global__ void conv_epilogue_kernel(T* __restrict__ out, int64_t total, int64_t
   }
 }
 
+// Depthwise convolution (groups == C_in == C_out) of NCHW activations with its epilogue in the
+// same pass: a thread per output element, its k x k window read through the cache (neighbouring
+// threads share rows), fp32 accumulation, then + bias[c] + residual and the activation, rounded
+// once. cuDNN runs these as a grouped direct convolution plus Kiln's epilogue pass, two launches
+// at several microseconds each on the small planes of mobilenet and efficientnet.
+template <typename T>
+__global__ void depthwise_conv_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                                      const void* __restrict__ bias, DType bias_dtype,
+                                      const T* __restrict__ residual, T* __restrict__ out,
+                                      const Conv2dArgs a) {
+  const uint32_t total = static_cast<uint32_t>(a.n * a.c_out * a.h_out * a.w_out);
+  const uint32_t w_out = static_cast<uint32_t>(a.w_out), h_out = static_cast<uint32_t>(a.h_out);
+  const uint32_t channels = static_cast<uint32_t>(a.c_out);
+  const int kh = static_cast<int>(a.kh), kw = static_cast<int>(a.kw);
+  const int h = static_cast<int>(a.h), wd = static_cast<int>(a.w);
+  for (uint32_t i = static_cast<uint32_t>(thread_index()); i < total;
+       i += static_cast<uint32_t>(thread_count())) {
+    const uint32_t ox = i % w_out, t = i / w_out;
+    const uint32_t oy = t % h_out, plane = t / h_out;   // plane = n * C + c
+    const uint32_t c = plane % channels;
+    const T* xp = x + static_cast<size_t>(plane) * h * wd;
+    const T* wp = w + static_cast<size_t>(c) * kh * kw;
+    const int y0 = static_cast<int>(oy * a.stride_h) - static_cast<int>(a.pad_h);
+    const int x0 = static_cast<int>(ox * a.stride_w) - static_cast<int>(a.pad_w);
+    float acc = 0.0f;
+    for (int r = 0; r < kh; ++r) {
+      const int iy = y0 + r * static_cast<int>(a.dil_h);
+      if (iy < 0 || iy >= h) continue;
+      for (int q = 0; q < kw; ++q) {
+        const int ix = x0 + q * static_cast<int>(a.dil_w);
+        if (ix < 0 || ix >= wd) continue;
+        acc += to_float(__ldg(xp + iy * wd + ix)) * to_float(__ldg(wp + r * kw + q));
+      }
+    }
+    if (bias != nullptr) acc += static_cast<float>(load_f64(bias, bias_dtype, c));
+    if (residual != nullptr) acc += to_float(residual[i]);
+    out[i] = from_float<T>(apply_epilogue(acc, a.epilogue));
+  }
+}
+
 class Conv2dStep final : public Step {
  public:
   explicit Conv2dStep(const Conv2dArgs& a, const Graph& graph)
@@ -88,6 +128,11 @@ class Conv2dStep final : public Step {
     }
     if (a_.c_in == 0 || a_.h * a_.w == 0) {
       mode_ = Mode::kZeroInput;  // no input element reaches the output: it is just the epilogue of 0
+      return Error::Ok;
+    }
+    if (!a_.channels_last && a_.groups == a_.c_in && a_.c_in == a_.c_out &&
+        a_.kh * a_.kw <= 49 && total_out <= INT32_MAX && a_.n * a_.c_in * a_.h * a_.w <= INT32_MAX) {
+      mode_ = Mode::kDepthwise;
       return Error::Ok;
     }
     for (int64_t v : {a_.n, a_.c_in, a_.h, a_.w, a_.c_out, a_.kh, a_.kw, a_.stride_h, a_.stride_w,
@@ -160,6 +205,19 @@ class Conv2dStep final : public Step {
       return Error::Ok;
     }
     void* y = ctx.ptr(a_.out);
+    if (mode_ == Mode::kDepthwise) {
+      const int64_t total = a_.n * a_.c_out * a_.h_out * a_.w_out;
+      const void* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias);
+      visit_floating(dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
+        depthwise_conv_kernel<T><<<blocks_for(total, kBlock, ctx.max_blocks), kBlock, 0,
+                                   ctx.stream>>>(ctx.ptr<const T>(a_.x), ctx.ptr<const T>(a_.weight),
+                                                 bias, bias_dtype_, residual, static_cast<T*>(y),
+                                                 a_);
+      });
+      return Error::Ok;
+    }
     if (mode_ == Mode::kZeroInput) {
       KILN_TRY(cuda_status(cudaMemsetAsync(y, 0, out_nbytes_, ctx.stream), Error::Internal,
                            "Kiln engine: op %zu (conv2d): cudaMemsetAsync failed", ctx.op_index));
@@ -194,7 +252,7 @@ class Conv2dStep final : public Step {
   size_t workspace_bytes() const override { return workspace_bytes_; }
 
  private:
-  enum class Mode { kCudnn, kZeroInput, kNothing };
+  enum class Mode { kCudnn, kDepthwise, kZeroInput, kNothing };
 
   // By default cuDNN's heuristic ranking. With autotuning on (KILN_AUTOTUNE=1), the choice
   // remembered in the algorithm cache when the library still accepts it, else the fastest

@@ -106,12 +106,17 @@ TEST_F(EngineGpu, Conv2dStridedDilatedGroupedDepthwise) {
       {{1, 4, 7, 7, 6, 3, 3, 1, 0, 0, 1, 2, true}, "groups 2"},
       {{1, 8, 5, 5, 3, 1, 1, 1, 0, 0, 1, 1, true}, "1x1"},
       {{1, 2, 6, 7, 2, 3, 1, 1, 1, 0, 1, 1, true}, "3x1 kernel, pad (1, 0)"},
+      // Kiln's own depthwise kernel (NCHW, groups == C_in == C_out): N 2, dilation, stride 2.
+      {{2, 6, 10, 9, 6, 3, 3, 1, 2, 2, 2, 6, true}, "depthwise dilation 2, N 2"},
+      {{1, 5, 11, 12, 5, 5, 5, 2, 2, 2, 1, 5, false}, "depthwise 5x5 stride 2, no bias"},
+      {{1, 3, 4, 4, 3, 7, 7, 1, 3, 3, 1, 3, true}, "depthwise 7x7 on a 4x4 plane"},
   };
   for (const auto& [cc, name] : cases) {
     run_conv(cc, DType::kFloat32, std::string("f32 ") + name);
   }
   run_conv(cases[0].first, DType::kFloat16, "f16 3x3 pad 1");
   run_conv(cases[3].first, DType::kBFloat16, "bf16 depthwise");
+  run_conv(cases[7].first, DType::kFloat16, "f16 depthwise dilation 2, N 2");
 }
 
 TEST_F(EngineGpu, Conv2dEpiloguesInBothLayouts) {
