@@ -413,17 +413,14 @@ class Layout {
 }  // namespace
 
 void convert_to_channels_last(Graph& g) {
-  bool any_conv = false, depthwise = false;
+  // Depthwise convolutions run on Kiln's own kernel in either layout, and the dense ones fuse
+  // their epilogues only NHWC (cuDNN's graph), so every conv net goes channels-last.
   for (const Op& op : g.ops) {
-    if (op.opcode != blob::Opcode::kConv2d) continue;
-    any_conv = true;
-    depthwise |= op.at("groups") > 1 && op.at("groups") == op.at("C_in");
+    if (op.opcode == blob::Opcode::kConv2d) {
+      Layout(g).run();
+      return;
+    }
   }
-  // Nets with depthwise convolutions stay NCHW: cuDNN's NHWC depthwise kernels are slow at batch
-  // 1 (H200, conv epilogues fused either way: mobilenet_v2 bf16 0.33 ms NCHW vs 0.41 NHWC,
-  // efficientnet_b0 0.92 vs 1.11, mobilenet_v3_small 0.40 vs 0.51), while dense conv nets gain
-  // (resnet50 bf16 0.45 ms NHWC against 1.19 NCHW before the epilogues).
-  if (any_conv && !depthwise) Layout(g).run();
 }
 
 }  // namespace kiln::builder

@@ -208,7 +208,7 @@ TEST(ChannelsLast, ViewsAndOtherReadersGetOneNchwCopy) {
 
 // A net with a depthwise convolution keeps NCHW (cuDNN's NHWC depthwise kernels are slow at
 // batch 1): no layout copies, every conv reads and writes the graph's layout.
-TEST(ChannelsLast, NetsWithDepthwiseConvolutionsKeepNchw) {
+TEST(ChannelsLast, NetsWithDepthwiseConvolutionsGoChannelsLastToo) {
   Graph g;
   const int64_t y = pointwise_conv(g, {1, 4, 5, 5});
   const int64_t w = weight(g, std::vector<float>(36, 0.25f), {4, 1, 3, 3});
@@ -218,8 +218,14 @@ TEST(ChannelsLast, NetsWithDepthwiseConvolutionsKeepNchw) {
   g.ops.push_back(dw);
   g.outputs = {z};
   convert_to_channels_last(g);
-  ASSERT_EQ(g.ops.size(), 2u);
-  for (const Op& op : g.ops) EXPECT_EQ(op.at("channels_last"), 0);
+  std::vector<O> opcodes;
+  for (const Op& op : g.ops) opcodes.push_back(op.opcode);
+  // The input made NHWC, both convolutions NHWC, the result back to NCHW for the output.
+  ASSERT_EQ(opcodes, (std::vector<O>{O::kCopy, O::kConv2d, O::kConv2d, O::kCopy}));
+  EXPECT_EQ(g.ops[1].at("channels_last"), 1);
+  EXPECT_EQ(g.ops[2].at("channels_last"), 1);
+  EXPECT_EQ(g.ops[2].at("groups"), 4);
+  finish_and_read_back(g);
 }
 
 TEST(ChannelsLast, GraphsWithoutConvolutionsAreUntouched) {

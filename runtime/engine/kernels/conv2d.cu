@@ -72,12 +72,13 @@ __global__ void conv_epilogue_kernel(T* __restrict__ out, int64_t total, int64_t
   }
 }
 
-// Depthwise convolution (groups == C_in == C_out) of NCHW activations with its epilogue in the
-// same pass: a thread per output element, its k x k window read through the cache (neighbouring
-// threads share rows), fp32 accumulation, then + bias[c] + residual and the activation, rounded
-// once. cuDNN runs these as a grouped direct convolution plus Kiln's epilogue pass, two launches
-// at several microseconds each on the small planes of mobilenet and efficientnet.
-template <typename T>
+// Depthwise convolution (groups == C_in == C_out) with its epilogue in the same pass: a thread
+// per output element, its k x k window read through the cache (neighbouring threads share rows
+// in NCHW, channels in NHWC), fp32 accumulation, then + bias[c] + residual and the activation,
+// rounded once. The weight [C, 1, kH, kW] is laid out alike in OIHW and KRSC. cuDNN runs these
+// as a grouped direct convolution plus Kiln's epilogue pass, two launches at several
+// microseconds each on the small planes of mobilenet and efficientnet.
+template <typename T, bool kNhwc>
 __global__ void depthwise_conv_kernel(const T* __restrict__ x, const T* __restrict__ w,
                                       const void* __restrict__ bias, DType bias_dtype,
                                       const T* __restrict__ residual, T* __restrict__ out,
@@ -89,10 +90,24 @@ __global__ void depthwise_conv_kernel(const T* __restrict__ x, const T* __restri
   const int h = static_cast<int>(a.h), wd = static_cast<int>(a.w);
   for (uint32_t i = static_cast<uint32_t>(thread_index()); i < total;
        i += static_cast<uint32_t>(thread_count())) {
-    const uint32_t ox = i % w_out, t = i / w_out;
-    const uint32_t oy = t % h_out, plane = t / h_out;   // plane = n * C + c
-    const uint32_t c = plane % channels;
-    const T* xp = x + static_cast<size_t>(plane) * h * wd;
+    uint32_t c, ox, oy, img;
+    if constexpr (kNhwc) {
+      c = i % channels;
+      const uint32_t t = i / channels;
+      ox = t % w_out;
+      oy = (t / w_out) % h_out;
+      img = t / w_out / h_out;
+    } else {
+      ox = i % w_out;
+      const uint32_t t = i / w_out;
+      oy = t % h_out;
+      c = (t / h_out) % channels;
+      img = t / h_out / channels;
+    }
+    // x[img, c, iy, ix] is at xp[(iy * W + ix) * step].
+    const size_t step = kNhwc ? channels : 1;
+    const T* xp = kNhwc ? x + static_cast<size_t>(img) * h * wd * channels + c
+                        : x + (static_cast<size_t>(img) * channels + c) * h * wd;
     const T* wp = w + static_cast<size_t>(c) * kh * kw;
     const int y0 = static_cast<int>(oy * a.stride_h) - static_cast<int>(a.pad_h);
     const int x0 = static_cast<int>(ox * a.stride_w) - static_cast<int>(a.pad_w);
@@ -103,7 +118,8 @@ __global__ void depthwise_conv_kernel(const T* __restrict__ x, const T* __restri
       for (int q = 0; q < kw; ++q) {
         const int ix = x0 + q * static_cast<int>(a.dil_w);
         if (ix < 0 || ix >= wd) continue;
-        acc += to_float(__ldg(xp + iy * wd + ix)) * to_float(__ldg(wp + r * kw + q));
+        acc += to_float(__ldg(xp + static_cast<size_t>(iy * wd + ix) * step)) *
+               to_float(__ldg(wp + r * kw + q));
       }
     }
     if (bias != nullptr) acc += static_cast<float>(load_f64(bias, bias_dtype, c));
@@ -130,7 +146,7 @@ class Conv2dStep final : public Step {
       mode_ = Mode::kZeroInput;  // no input element reaches the output: it is just the epilogue of 0
       return Error::Ok;
     }
-    if (!a_.channels_last && a_.groups == a_.c_in && a_.c_in == a_.c_out &&
+    if (a_.groups == a_.c_in && a_.c_in == a_.c_out &&
         a_.kh * a_.kw <= 49 && total_out <= INT32_MAX && a_.n * a_.c_in * a_.h * a_.w <= INT32_MAX) {
       mode_ = Mode::kDepthwise;
       return Error::Ok;
@@ -211,10 +227,16 @@ class Conv2dStep final : public Step {
       visit_floating(dtype_, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
-        depthwise_conv_kernel<T><<<blocks_for(total, kBlock, ctx.max_blocks), kBlock, 0,
-                                   ctx.stream>>>(ctx.ptr<const T>(a_.x), ctx.ptr<const T>(a_.weight),
-                                                 bias, bias_dtype_, residual, static_cast<T*>(y),
-                                                 a_);
+        const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+        const T* x = ctx.ptr<const T>(a_.x);
+        const T* w = ctx.ptr<const T>(a_.weight);
+        if (a_.channels_last) {
+          depthwise_conv_kernel<T, true><<<blocks, kBlock, 0, ctx.stream>>>(
+              x, w, bias, bias_dtype_, residual, static_cast<T*>(y), a_);
+        } else {
+          depthwise_conv_kernel<T, false><<<blocks, kBlock, 0, ctx.stream>>>(
+              x, w, bias, bias_dtype_, residual, static_cast<T*>(y), a_);
+        }
       });
       return Error::Ok;
     }
