@@ -10,6 +10,7 @@
 #include "format/fail.h"
 #include "runtime/engine/kernels/autotune.cuh"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/gemv.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -391,6 +392,7 @@ Result<UniqueCublasLt> create_cublas_lt() {
 }
 
 StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx) {
+  if (gemv_unsupported(args, ctx) == nullptr) return make_gemv_step(args, ctx);
   auto step = std::make_unique<MatmulStep>(args, ctx.graph, ctx.lt);
   KILN_TRY(step->init(ctx));
   return std::unique_ptr<Step>(std::move(step));

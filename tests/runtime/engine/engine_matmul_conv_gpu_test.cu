@@ -214,6 +214,31 @@ TEST_F(EngineGpu, MatmulHalfBFloat16AndTf32) {
   run_matmul(tf32, "tf32");
 }
 
+// A few rows against an [N, K] weight run on Kiln's GEMV (gemv.cu) for 16-bit types: every row
+// count it specialises, odd N, per-column / per-row / full biases with beta, the residual and
+// each epilogue, and K at the width of a Llama-1B MLP.
+TEST_F(EngineGpu, MatmulFewRowsRunAsGemv) {
+  const blob::Epilogue acts[] = {blob::Epilogue::kNone, blob::Epilogue::kRelu,
+                                 blob::Epilogue::kGeluErf, blob::Epilogue::kGeluTanh};
+  int i = 0;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t m = 1; m <= 8; ++m) {
+      MatmulCase mc;
+      mc.dtype = mc.out_dtype = dtype;
+      mc.m = m, mc.n = 67 + 2 * m, mc.k = m == 1 ? 8192 : 40 * m;
+      mc.trans_b = true;
+      mc.bias = static_cast<MatmulCase::Bias>(i % 4);
+      mc.beta = i % 3 == 0 ? 0.5 : 1.0;
+      mc.alpha = i % 5 == 0 ? 0.25 : 1.0;
+      mc.residual = i % 2 == 1;
+      mc.epilogue = acts[i % 4];
+      run_matmul(mc, std::string(dtype_name(dtype)) + " gemv M=" + std::to_string(m) +
+                         " bias " + std::to_string(i % 4) + (mc.residual ? " + residual" : ""));
+      ++i;
+    }
+  }
+}
+
 TEST_F(EngineGpu, MatmulWithEmptyInnerDimensionIsBiasOnly) {
   MatmulCase mc;
   mc.m = 3, mc.n = 5, mc.k = 0, mc.bias = MatmulCase::Bias::kColumn, mc.beta = 1.0;

@@ -1,0 +1,156 @@
+#include "runtime/engine/kernels/gemv.cuh"
+
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using blob::DType;
+using blob::Epilogue;
+using executorch::runtime::Error;
+
+constexpr int kMaxRows = 8;                     // M
+constexpr size_t kMaxStagedBytes = 48 << 10;    // the activations, fp32, in shared memory
+constexpr int kWarps = 8;                       // per block
+constexpr int kVector = 8;                      // 16-bit elements per 16-byte load
+
+struct GemvParams {
+  const void* a;          // [M, K]
+  const void* b;          // [N, K], the weight
+  void* out;              // [M, N]
+  const void* residual;   // [M, N] or null
+  const void* bias;       // bias[m * bias_row_stride + n * bias_col_stride] or null
+  DType bias_dtype;
+  int64_t bias_row_stride, bias_col_stride;
+  float alpha, beta;
+  Epilogue act;
+  int n, k;
+};
+
+// out[m, col] = act(alpha * a[m, :] . b[col, :] + residual[m, col] + beta * bias[...]). A warp per
+// output column streams its weight row with 16-byte loads (four in flight per lane) and dots it
+// with the M activation rows staged in shared memory as fp32; fp32 accumulation, one rounding.
+template <typename T, int kM>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
+  extern __shared__ float staged[];   // [kM][K]
+  const T* a = static_cast<const T*>(p.a);
+  for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) staged[i] = to_float(a[i]);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const T* b = static_cast<const T*>(p.b);
+  for (int col = blockIdx.x * kWarps + warp; col < p.n; col += gridDim.x * kWarps) {
+    const uint4* row = reinterpret_cast<const uint4*>(b + static_cast<size_t>(col) * p.k);
+    float acc[kM] = {};
+#pragma unroll 4
+    for (int v = lane; v < p.k / kVector; v += 32) {
+      const uint4 packed = __ldg(row + v);
+      const T* w = reinterpret_cast<const T*>(&packed);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const float4* x = reinterpret_cast<const float4*>(staged + m * p.k + v * kVector);
+        const float4 x0 = x[0], x1 = x[1];
+        acc[m] += to_float(w[0]) * x0.x + to_float(w[1]) * x0.y + to_float(w[2]) * x0.z +
+                  to_float(w[3]) * x0.w + to_float(w[4]) * x1.x + to_float(w[5]) * x1.y +
+                  to_float(w[6]) * x1.z + to_float(w[7]) * x1.w;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      for (int offset = 16; offset > 0; offset /= 2) {
+        acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], offset);
+      }
+    }
+    if (lane == 0) {
+      T* out = static_cast<T*>(p.out);
+      const T* residual = static_cast<const T*>(p.residual);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const int64_t i = static_cast<int64_t>(m) * p.n + col;
+        float v = p.alpha * acc[m];
+        if (residual != nullptr) v += to_float(residual[i]);
+        if (p.bias != nullptr) {
+          v += p.beta * static_cast<float>(load_f64(
+                            p.bias, p.bias_dtype, m * p.bias_row_stride + col * p.bias_col_stride));
+        }
+        out[i] = from_float<T>(apply_epilogue(v, p.act));
+      }
+    }
+  }
+}
+
+class GemvStep final : public Step {
+ public:
+  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype) : a_(a), dtype_(dtype),
+                                                                 bias_dtype_(bias_dtype) {}
+
+  Error enqueue(const RunContext& ctx) override {
+    GemvParams p{ctx.ptr(a_.a), ctx.ptr(a_.b), ctx.ptr(a_.out),
+                 a_.residual == kNoTensor ? nullptr : ctx.ptr(a_.residual),
+                 a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias), bias_dtype_,
+                 a_.bias_row_stride, a_.bias_col_stride, static_cast<float>(a_.alpha),
+                 static_cast<float>(a_.beta), a_.epilogue, static_cast<int>(a_.n),
+                 static_cast<int>(a_.k)};
+    const size_t staged = static_cast<size_t>(a_.m * a_.k) * sizeof(float);
+    // Enough blocks to keep every SM streaming; each stages the activations once.
+    const unsigned blocks = blocks_for(a_.n, kWarps, ctx.max_blocks);
+    auto launch = [&](auto tag, auto rows) {
+      using T = typename decltype(tag)::type;
+      gemv_kernel<T, decltype(rows)::value><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+    };
+    visit_floating(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (sizeof(T) == 2) {
+        switch (a_.m) {  // the rows are a template argument: acc[] stays in registers
+          case 1: launch(tag, std::integral_constant<int, 1>{}); break;
+          case 2: launch(tag, std::integral_constant<int, 2>{}); break;
+          case 3: launch(tag, std::integral_constant<int, 3>{}); break;
+          case 4: launch(tag, std::integral_constant<int, 4>{}); break;
+          case 5: launch(tag, std::integral_constant<int, 5>{}); break;
+          case 6: launch(tag, std::integral_constant<int, 6>{}); break;
+          case 7: launch(tag, std::integral_constant<int, 7>{}); break;
+          default: launch(tag, std::integral_constant<int, kMaxRows>{}); break;
+        }
+      }
+    });
+    return Error::Ok;
+  }
+
+ private:
+  MatmulArgs a_;
+  DType dtype_, bias_dtype_;
+};
+
+}  // namespace
+
+const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
+  const char* env = std::getenv("KILN_GEMV");
+  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV=off";
+  const Graph& g = ctx.graph;
+  const DType dtype = g.tensors[a.a].dtype;
+  if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16) || g.tensors[a.b].dtype != dtype ||
+      g.tensors[a.out].dtype != dtype) {
+    return "not Float16 / BFloat16 throughout";
+  }
+  if (a.batch != 1 || a.m < 1 || a.m > kMaxRows || a.trans_a || !a.trans_b) {
+    return "not M <= 8 rows against an [N, K] weight";
+  }
+  if (a.k % kVector != 0 || a.k > INT32_MAX / kMaxRows || a.n > INT32_MAX ||
+      static_cast<size_t>(a.m * a.k) * sizeof(float) > kMaxStagedBytes) {
+    return "K not a multiple of 8, or the activations exceed the staging space";
+  }
+  if (ctx.alignment[a.a] < 16 || ctx.alignment[a.b] < 16) return "operands under 16-byte alignment";
+  return nullptr;
+}
+
+StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
+  const Graph& g = ctx.graph;
+  const DType bias_dtype = a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype;
+  return std::unique_ptr<Step>(new GemvStep(a, g.tensors[a.a].dtype, bias_dtype));
+}
+
+}  // namespace kiln::engine::kernels
