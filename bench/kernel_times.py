@@ -1,5 +1,6 @@
 """On the GPU machine: the GPU time of every kernel one execute of a staged program runs, from
-Nsight Compute (`ncu --clock-control none`, which leaves the clocks alone) over kiln_runner
+Nsight Compute (`ncu --clock-control none --cache-control none`: clocks and caches as the run
+leaves them) over kiln_runner
 --profiler-range, so load, warm-up and graph capture stay out and the kernels are those of the
 warm CUDA graph replay. kiln_runner --profile times ops eagerly with a sync each, which hides how
 long small kernels take; this shows it, and the gap between the kernels' sum and the execute's
@@ -24,9 +25,10 @@ METRIC = "gpu__time_duration.sum"
 
 def short_name(name: str) -> str:
     """A kernel's name without its argument list and namespaces, templates kept short."""
-    name = name.strip().replace("(anonymous namespace)::", "")
+    name = name.strip().replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     name = re.sub(r"\(.*\)$", "", name)
-    name = re.sub(r"^void ", "", name).replace("kiln::engine::kernels::", "")
+    name = re.sub(r"^void ", "", name)
+    name = re.sub(r"^kiln::(engine::kernels::)?", "", name)
     return name[:110]
 
 
@@ -48,7 +50,8 @@ def kernel_rows(report: str):
 def profile(ncu: str, runner: str, models: Path, entry: dict, iterations: int):
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "ncu.csv"
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", METRIC,
+        cmd = [ncu, "--clock-control", "none", "--cache-control", "none", "--profile-from-start",
+               "off", "--metrics", METRIC,
                "--csv", "--print-units", "base", "--log-file", str(log), runner,
                str(models / entry["pte"]), "--warmup", "3", "--iterations", str(iterations),
                "--profiler-range"]

@@ -28,12 +28,17 @@ REPORT = ("==PROF== Connected to process 1\nlatency_ms min=0.1 median=0.1\n" + H
                  "(const float *, float *, long)", kernel_times.METRIC, "nsecond", "1952") +
           row(3, "sm90_xmma_gemm_bf16bf16", kernel_times.METRIC, "usecond", "5.5"))
 
+# ncu names kernels of an anonymous namespace with "<unnamed>".
+NCU_STYLE = HEADER + row(0, "void kiln::<unnamed>::fused_kernel<unsigned int>(float *, long)",
+                         kernel_times.METRIC, "nsecond", "800")
+
 
 def test_rows_take_the_duration_metric_in_nanoseconds_with_short_names():
     rows = kernel_times.kernel_rows(REPORT)
     assert rows == [("layer_norm_kernel<float>", 2048.0), ("sm90_xmma_gemm_bf16bf16", 4500.0),
                     ("layer_norm_kernel<float>", 1952.0), ("sm90_xmma_gemm_bf16bf16", 5500.0)]
     assert kernel_times.kernel_rows("no table here") == []
+    assert kernel_times.kernel_rows(NCU_STYLE) == [("fused_kernel<unsigned int>", 800.0)]
 
 
 def test_summary_is_per_execute_largest_first():
