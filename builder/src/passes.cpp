@@ -108,8 +108,8 @@ void fuse_residuals(Graph& g, blob::Opcode opcode,
   }
 }
 
-// The epilogue a kMatmul runs for kUnary `act`, or kNone.
-blob::Epilogue matmul_activation(const Op& act) {
+// relu and the gelus: the epilogues cuBLASLt runs in its own kernel (or kNone).
+blob::Epilogue gemm_activation(const Op& act) {
   switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
     case blob::UnaryKind::kRelu: return blob::Epilogue::kRelu;
     case blob::UnaryKind::kGeluErf: return blob::Epilogue::kGeluErf;
@@ -120,21 +120,37 @@ blob::Epilogue matmul_activation(const Op& act) {
 
 // The epilogue a kConv2d runs for kUnary `act` (the conv nets' activations too: relu6 as
 // hardtanh(0, 6) or clamp(0, 6), silu, hardswish), or kNone.
-blob::Epilogue conv_activation(const Op& act) {
+blob::Epilogue conv_activation(const Op& op, const Op& act) {
+  (void)op;
   switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
     case blob::UnaryKind::kClamp:
       return act.real("p0") == 0.0 && act.real("p1") == 6.0 ? blob::Epilogue::kRelu6
                                                              : blob::Epilogue::kNone;
     case blob::UnaryKind::kSilu: return blob::Epilogue::kSilu;
     case blob::UnaryKind::kHardswish: return blob::Epilogue::kHardswish;
-    default: return matmul_activation(act);
+    default: return gemm_activation(act);
   }
+}
+
+// The epilogue a kMatmul runs for `act`: what cuBLASLt fuses, so that silu and the rest stay
+// elementwise ops the fusion pass can merge with their readers (a Llama MLP's silu(gate) * up is
+// one kernel).
+blob::Epilogue matmul_activation(const Op& op, const Op& act) {
+  (void)op;
+  return gemm_activation(act);
+}
+
+// The same in fp16 / bf16 programs, where matmuls of at most 8 rows run on the engine's GEMV,
+// which applies any epilogue in its pass: those take the conv nets' activations too.
+blob::Epilogue low_precision_matmul_activation(const Op& op, const Op& act) {
+  return op.at("batch") == 1 && op.at("M") <= 8 ? conv_activation(op, act) : gemm_activation(act);
 }
 
 // An op of `opcode` followed by an activation `activation` maps to a kind as the only reader of
 // its result: the activation runs in the op's epilogue and its result becomes a view of the
 // op's.
-void fuse_activations(Graph& g, blob::Opcode opcode, blob::Epilogue (*activation)(const Op&),
+void fuse_activations(Graph& g, blob::Opcode opcode,
+                      blob::Epilogue (*activation)(const Op& op, const Op& act),
                       const std::unordered_set<int64_t>& output_roots) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op& op = g.ops[i];
@@ -144,7 +160,7 @@ void fuse_activations(Graph& g, blob::Opcode opcode, blob::Epilogue (*activation
     const int64_t root = g.root(op.out());
     const Op* act = sole_reader(g, op, output_roots);
     if (act == nullptr || act->opcode != blob::Opcode::kUnary) continue;
-    const blob::Epilogue epilogue = activation(*act);
+    const blob::Epilogue epilogue = activation(op, *act);
     if (epilogue == blob::Epilogue::kNone) continue;
     if (g.tensors[size_t(act->out())].dtype != g.tensors[size_t(root)].dtype) continue;
     op.at("epilogue") = int64_t(epilogue);
@@ -199,7 +215,9 @@ void fuse_matmul_epilogues(Graph& g) {
   std::unordered_set<int64_t> output_roots;
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
   fuse_residuals(g, blob::Opcode::kMatmul, output_roots);
-  fuse_activations(g, blob::Opcode::kMatmul, matmul_activation, output_roots);
+  const bool low = g.precision == blob::Precision::kFp16 || g.precision == blob::Precision::kBf16;
+  fuse_activations(g, blob::Opcode::kMatmul,
+                   low ? low_precision_matmul_activation : matmul_activation, output_roots);
 }
 
 void fuse_conv_epilogues(Graph& g) {

@@ -395,6 +395,35 @@ TEST(Precision, Float32OnlyOpReadsAFloat32InputUncast) {
   EXPECT_EQ(g.tensors[size_t(out)].dtype, blob::DType::kFloat32);
 }
 
+// silu folds into a matmul of at most 8 rows in a bf16 / fp16 program (the engine's GEMV applies
+// it), and stays an elementwise op for larger matmuls or fp32 programs (cuBLASLt has no silu).
+TEST(Passes, SiluFoldsIntoFewRowMatmulsOfLowPrecisionPrograms) {
+  struct Case {
+    int64_t m;
+    blob::Precision precision;
+    bool folds;
+  };
+  for (const Case& c : {Case{2, blob::Precision::kBf16, true}, Case{2, blob::Precision::kFp16, true},
+                        Case{16, blob::Precision::kBf16, false},
+                        Case{2, blob::Precision::kFp32, false}}) {
+    Graph g;
+    g.precision = c.precision;
+    int64_t x = input(g, {c.m, 3}, 0);
+    int64_t w = weight(g, {1, 2, 3, 4, 5, 6}, {3, 2});
+    int64_t mm = g.add_tensor(blob::DType::kFloat32, {c.m, 2}, "mm");
+    int64_t act = g.add_tensor(blob::DType::kFloat32, {c.m, 2}, "act");
+    g.ops.push_back(make_op(blob::Opcode::kMatmul,
+                            {{x}, {w}, {kNoTensor}, {mm}, {1}, {c.m}, {2}, {3}, {0}, {0}, {0}, {0},
+                             {0}, {0}, {double_bits(1.0)}, {double_bits(0.0)}, {0}, {kNoTensor}}));
+    g.ops.push_back(unary(U::kSilu, mm, act));
+    g.outputs = {act};
+    fuse_matmul_epilogues(g);
+    ASSERT_EQ(g.ops.size(), c.folds ? 1u : 2u) << c.m << " " << int(c.precision);
+    EXPECT_EQ(g.ops[0].at("epilogue"),
+              int64_t(c.folds ? blob::Epilogue::kSilu : blob::Epilogue::kNone));
+  }
+}
+
 TEST(Passes, MatmulEpilogueAndDeadOps) {
   Graph g;
   int64_t x = input(g, {2, 3}, 0);

@@ -257,16 +257,10 @@ class Conv2dStep final : public Step {
       }
     }
     if (a_.bias != kNoTensor || a_.residual != kNoTensor || a_.epilogue != blob::Epilogue::kNone) {
-      const int64_t total = a_.n * a_.c_out * a_.h_out * a_.w_out;
-      const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
-      const void* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias);
-      const int64_t plane = a_.channels_last ? 1 : a_.h_out * a_.w_out;
-      visit_floating(dtype_, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
-        conv_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
-            static_cast<T*>(y), total, plane, a_.c_out, bias, bias_dtype_, residual, a_.epilogue);
-      });
+      return enqueue_conv_epilogue(a_, dtype_, y, a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias),
+                                   bias_dtype_,
+                                   a_.residual == kNoTensor ? nullptr : ctx.ptr(a_.residual),
+                                   a_.epilogue, ctx);
     }
     return Error::Ok;
   }
@@ -449,6 +443,21 @@ class Conv2dStep final : public Step {
 };
 
 }  // namespace
+
+Error enqueue_conv_epilogue(const Conv2dArgs& a, DType dtype, void* out, const void* bias,
+                            DType bias_dtype, const void* residual, blob::Epilogue act,
+                            const RunContext& ctx) {
+  const int64_t total = a.n * a.c_out * a.h_out * a.w_out;
+  const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+  const int64_t plane = a.channels_last ? 1 : a.h_out * a.w_out;
+  visit_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    conv_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+        static_cast<T*>(out), total, plane, a.c_out, bias, bias_dtype,
+        static_cast<const T*>(residual), act);
+  });
+  return Error::Ok;
+}
 
 Result<UniqueCudnn> create_cudnn() {
   cudnnHandle_t handle = nullptr;

@@ -21,4 +21,11 @@ executorch::runtime::Result<UniqueCudnn> create_cudnn();
 
 StepResult make_conv2d_step(const Conv2dArgs& args, const InitContext& ctx);
 
+/// Enqueues Kiln's epilogue pass over a convolution's result `out` (of `dtype`, laid out as
+/// args.channels_last says): out = act(out + bias[c] + residual), bias / residual may be null.
+executorch::runtime::Error enqueue_conv_epilogue(const Conv2dArgs& args, blob::DType dtype,
+                                                 void* out, const void* bias,
+                                                 blob::DType bias_dtype, const void* residual,
+                                                 blob::Epilogue act, const RunContext& ctx);
+
 }  // namespace kiln::engine::kernels

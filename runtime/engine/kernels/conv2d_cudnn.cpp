@@ -10,10 +10,12 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <string>
 #include <unordered_map>
 
 #include "format/dtype.h"
 #include "format/fail.h"
+#include "runtime/engine/kernels/conv2d.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -45,11 +47,15 @@ fe::DataType_t fe_type(blob::DType dtype) {
 // NHWC strides of a logical [N, C, H, W] tensor.
 std::vector<int64_t> nhwc(int64_t c, int64_t h, int64_t w) { return {h * w * c, 1, w * c, c}; }
 
+// How much of the epilogue the graph holds; the rest runs as Kiln's epilogue pass after it.
+enum class Fused { kAll, kAllButActivation, kConvolutionOnly };
+
 class CudnnFusedConvStep final : public Step {
  public:
   CudnnFusedConvStep(const Conv2dArgs& a, std::shared_ptr<fe::graph::Graph> graph,
-                     size_t workspace)
-      : a_(a), graph_(std::move(graph)), workspace_(workspace) {}
+                     size_t workspace, Fused fused, blob::DType dtype, blob::DType bias_dtype)
+      : a_(a), graph_(std::move(graph)), workspace_(workspace), fused_(fused), dtype_(dtype),
+        bias_dtype_(bias_dtype) {}
 
   Error enqueue(const RunContext& ctx) override {
     const cudnnStatus_t s = cudnnSetStream(ctx.cudnn, ctx.stream);
@@ -59,8 +65,9 @@ class CudnnFusedConvStep final : public Step {
     }
     std::unordered_map<int64_t, void*> pack{
         {kX, ctx.ptr(a_.x)}, {kW, ctx.ptr(a_.weight)}, {kY, ctx.ptr(a_.out)}};
-    if (a_.bias != kNoTensor) pack[kB] = ctx.ptr(a_.bias);
-    if (a_.residual != kNoTensor) pack[kR] = ctx.ptr(a_.residual);
+    const bool in_graph = fused_ != Fused::kConvolutionOnly;
+    if (in_graph && a_.bias != kNoTensor) pack[kB] = ctx.ptr(a_.bias);
+    if (in_graph && a_.residual != kNoTensor) pack[kR] = ctx.ptr(a_.residual);
     try {
       fe::error_t e = graph_->execute(ctx.cudnn, pack, ctx.workspace);
       if (e.is_bad()) {
@@ -73,7 +80,15 @@ class CudnnFusedConvStep final : public Step {
                   "Kiln engine: op %zu (conv2d): cuDNN's fused convolution failed: %s",
                   ctx.op_index, ex.what());
     }
-    return Error::Ok;
+    if (fused_ == Fused::kAll) return Error::Ok;
+    const bool all = fused_ == Fused::kConvolutionOnly;
+    const void* bias = all && a_.bias != kNoTensor ? ctx.ptr(a_.bias) : nullptr;
+    const void* residual = all && a_.residual != kNoTensor ? ctx.ptr(a_.residual) : nullptr;
+    if (bias == nullptr && residual == nullptr && a_.epilogue == Epilogue::kNone) {
+      return Error::Ok;
+    }
+    return enqueue_conv_epilogue(a_, dtype_, ctx.ptr(a_.out), bias, bias_dtype_, residual,
+                                 a_.epilogue, ctx);
   }
 
   size_t workspace_bytes() const override { return workspace_; }
@@ -82,20 +97,101 @@ class CudnnFusedConvStep final : public Step {
   Conv2dArgs a_;
   std::shared_ptr<fe::graph::Graph> graph_;
   size_t workspace_;
+  Fused fused_;
+  blob::DType dtype_, bias_dtype_;
 };
 
-// The activation node for `e`, or false when the graph has none for it.
-bool activation(Epilogue e, fe::graph::Pointwise_attributes* p) {
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+TensorPtr pointwise(fe::graph::Graph& g, TensorPtr y, fe::PointwiseMode_t mode) {
+  return g.pointwise(y, fe::graph::Pointwise_attributes().set_mode(mode));
+}
+
+// y through the activation `e`'s nodes (relu6: relu, then the minimum with 6), or nullptr when
+// the graph has none for it.
+TensorPtr activation(fe::graph::Graph& g, TensorPtr y, Epilogue e) {
   switch (e) {
-    case Epilogue::kRelu: p->set_mode(fe::PointwiseMode_t::RELU_FWD); return true;
+    case Epilogue::kNone: return y;
+    case Epilogue::kRelu: return pointwise(g, y, fe::PointwiseMode_t::RELU_FWD);
     case Epilogue::kRelu6:
-      p->set_mode(fe::PointwiseMode_t::RELU_FWD).set_relu_upper_clip(6.0f);
-      return true;
-    case Epilogue::kSilu: p->set_mode(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.0f); return true;
-    case Epilogue::kGeluErf: p->set_mode(fe::PointwiseMode_t::GELU_FWD); return true;
-    case Epilogue::kGeluTanh: p->set_mode(fe::PointwiseMode_t::GELU_APPROX_TANH_FWD); return true;
-    default: return false;
+      return g.pointwise(pointwise(g, y, fe::PointwiseMode_t::RELU_FWD),
+                         g.tensor(fe::graph::Tensor_attributes(6.0f)),
+                         fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::MIN));
+    case Epilogue::kSilu:
+      return g.pointwise(y, fe::graph::Pointwise_attributes()
+                                .set_mode(fe::PointwiseMode_t::SWISH_FWD)
+                                .set_swish_beta(1.0f));
+    case Epilogue::kGeluErf: return pointwise(g, y, fe::PointwiseMode_t::GELU_FWD);
+    case Epilogue::kGeluTanh: return pointwise(g, y, fe::PointwiseMode_t::GELU_APPROX_TANH_FWD);
+    default: return nullptr;
   }
+}
+
+// The graph for `a` holding what `fused` says; false (with the reason) when cuDNN builds no plan
+// for it or the activation has no node.
+bool build_graph(const Conv2dArgs& a, const InitContext& ctx, Fused fused,
+                 std::shared_ptr<fe::graph::Graph>* out, size_t* workspace, std::string* why) {
+  const Graph& g = ctx.graph;
+  auto graph = std::make_shared<fe::graph::Graph>();
+  const fe::DataType_t io = fe_type(g.tensors[a.x].dtype);
+  graph->set_io_data_type(io)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  const int64_t cg = a.c_in / a.groups;
+  auto x = graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name("x")
+                             .set_uid(kX)
+                             .set_dim({a.n, a.c_in, a.h, a.w})
+                             .set_stride(nhwc(a.c_in, a.h, a.w)));
+  auto w = graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name("w")
+                             .set_uid(kW)
+                             .set_dim({a.c_out, cg, a.kh, a.kw})
+                             .set_stride(nhwc(cg, a.kh, a.kw)));
+  auto y = graph->conv_fprop(x, w,
+                             fe::graph::Conv_fprop_attributes()
+                                 .set_name("conv")
+                                 .set_padding({a.pad_h, a.pad_w})
+                                 .set_stride({a.stride_h, a.stride_w})
+                                 .set_dilation({a.dil_h, a.dil_w}));
+  if (fused != Fused::kConvolutionOnly && a.bias != kNoTensor) {
+    auto b = graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name("bias")
+                               .set_uid(kB)
+                               .set_dim({1, a.c_out, 1, 1})
+                               .set_stride({a.c_out, 1, a.c_out, a.c_out})
+                               .set_data_type(fe_type(g.tensors[a.bias].dtype)));
+    y = graph->pointwise(y, b, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+  }
+  if (fused != Fused::kConvolutionOnly && a.residual != kNoTensor) {
+    auto r = graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name("residual")
+                               .set_uid(kR)
+                               .set_dim({a.n, a.c_out, a.h_out, a.w_out})
+                               .set_stride(nhwc(a.c_out, a.h_out, a.w_out)));
+    y = graph->pointwise(y, r, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+  }
+  if (fused == Fused::kAll) {
+    y = activation(*graph, y, a.epilogue);
+    if (y == nullptr) {
+      *why = "no pointwise node for the activation";
+      return false;
+    }
+  }
+  y->set_output(true)
+      .set_uid(kY)
+      .set_dim({a.n, a.c_out, a.h_out, a.w_out})
+      .set_stride(nhwc(a.c_out, a.h_out, a.w_out))
+      .set_data_type(io);
+  fe::error_t built = graph->build(ctx.cudnn, {fe::HeurMode_t::A});
+  int64_t bytes = 0;
+  if (built.is_bad() || graph->get_workspace_size(bytes).is_bad() || bytes < 0) {
+    *why = built.is_bad() ? built.get_message() : "no workspace size";
+    return false;
+  }
+  *out = std::move(graph);
+  *workspace = static_cast<size_t>(bytes);
+  return true;
 }
 
 }  // namespace
@@ -107,7 +203,6 @@ const char* cudnn_fused_conv_unsupported(const Conv2dArgs& a, const Graph& graph
   if (dtype == blob::DType::kFloat32 && graph.precision != blob::Precision::kTf32) {
     return "strict fp32 (the fused engines use tensor cores)";
   }
-  if (a.epilogue == Epilogue::kHardswish) return "hardswish (no such pointwise node)";
   if (a.n * a.c_in * a.h * a.w * a.c_out * a.h_out * a.w_out == 0) return "an empty operand";
   if (a.groups != 1) return "a grouped convolution";
   return nullptr;
@@ -123,78 +218,28 @@ StepResult make_cudnn_fused_conv_step(const Conv2dArgs& a, const InitContext& ct
            ctx.op_index, align);
     return Error::NotSupported;
   }
-  auto graph = std::make_shared<fe::graph::Graph>();
-  size_t workspace = 0;
+  std::string why;
   try {
-    const fe::DataType_t io = fe_type(dtype);
-    graph->set_io_data_type(io)
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    const int64_t cg = a.c_in / a.groups;
-    auto x = graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name("x")
-                               .set_uid(kX)
-                               .set_dim({a.n, a.c_in, a.h, a.w})
-                               .set_stride(nhwc(a.c_in, a.h, a.w)));
-    auto w = graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name("w")
-                               .set_uid(kW)
-                               .set_dim({a.c_out, cg, a.kh, a.kw})
-                               .set_stride(nhwc(cg, a.kh, a.kw)));
-    auto y = graph->conv_fprop(x, w,
-                               fe::graph::Conv_fprop_attributes()
-                                   .set_name("conv")
-                                   .set_padding({a.pad_h, a.pad_w})
-                                   .set_stride({a.stride_h, a.stride_w})
-                                   .set_dilation({a.dil_h, a.dil_w}));
-    if (a.bias != kNoTensor) {
-      auto b = graph->tensor(fe::graph::Tensor_attributes()
-                                 .set_name("bias")
-                                 .set_uid(kB)
-                                 .set_dim({1, a.c_out, 1, 1})
-                                 .set_stride({a.c_out, 1, a.c_out, a.c_out})
-                                 .set_data_type(fe_type(g.tensors[a.bias].dtype)));
-      y = graph->pointwise(y, b, fe::graph::Pointwise_attributes().set_name("bias").set_mode(
-                                     fe::PointwiseMode_t::ADD));
+    // The whole epilogue in the graph; else the activation in Kiln's pass after it; else only the
+    // convolution in the graph (cuDNN's fused engines still beat its legacy NHWC kernels).
+    for (Fused fused : {Fused::kAll, Fused::kAllButActivation, Fused::kConvolutionOnly}) {
+      std::shared_ptr<fe::graph::Graph> graph;
+      size_t workspace = 0;
+      std::string reason;
+      if (build_graph(a, ctx, fused, &graph, &workspace, &reason)) {
+        const blob::DType bias_dtype =
+            a.bias == kNoTensor ? dtype : g.tensors[a.bias].dtype;
+        return std::unique_ptr<Step>(
+            new CudnnFusedConvStep(a, std::move(graph), workspace, fused, dtype, bias_dtype));
+      }
+      if (why.empty()) why = reason;
     }
-    if (a.residual != kNoTensor) {
-      auto r = graph->tensor(fe::graph::Tensor_attributes()
-                                 .set_name("residual")
-                                 .set_uid(kR)
-                                 .set_dim({a.n, a.c_out, a.h_out, a.w_out})
-                                 .set_stride(nhwc(a.c_out, a.h_out, a.w_out)));
-      y = graph->pointwise(y, r, fe::graph::Pointwise_attributes().set_name("residual").set_mode(
-                                     fe::PointwiseMode_t::ADD));
-    }
-    fe::graph::Pointwise_attributes act;
-    if (activation(a.epilogue, &act)) y = graph->pointwise(y, act.set_name("activation"));
-    y->set_output(true)
-        .set_uid(kY)
-        .set_dim({a.n, a.c_out, a.h_out, a.w_out})
-        .set_stride(nhwc(a.c_out, a.h_out, a.w_out))
-        .set_data_type(io);
-    fe::error_t built = graph->build(ctx.cudnn, {fe::HeurMode_t::A});
-    if (built.is_bad()) {
-      ET_LOG(Info,
-             "Kiln engine: op %zu (conv2d): cuDNN %zu has no fused plan for it (%s); the legacy "
-             "path runs it",
-             ctx.op_index, cudnnGetVersion(), built.get_message().c_str());
-      return Error::NotSupported;
-    }
-    int64_t bytes = 0;
-    fe::error_t sized = graph->get_workspace_size(bytes);
-    if (sized.is_bad() || bytes < 0) {
-      return fail(nullptr, Error::Internal,
-                  "Kiln engine: op %zu (conv2d): cuDNN's workspace size: %s", ctx.op_index,
-                  sized.get_message().c_str());
-    }
-    workspace = static_cast<size_t>(bytes);
   } catch (const std::exception& ex) {
-    ET_LOG(Info, "Kiln engine: op %zu (conv2d): building cuDNN's fused convolution failed (%s); "
-           "the legacy path runs it", ctx.op_index, ex.what());
-    return Error::NotSupported;
+    why = ex.what();
   }
-  return std::unique_ptr<Step>(new CudnnFusedConvStep(a, std::move(graph), workspace));
+  ET_LOG(Info, "Kiln engine: op %zu (conv2d): cuDNN %zu has no graph plan for it (%s); the legacy "
+         "path runs it", ctx.op_index, cudnnGetVersion(), why.c_str());
+  return Error::NotSupported;
 }
 
 }  // namespace kiln::engine::kernels
