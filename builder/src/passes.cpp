@@ -162,6 +162,8 @@ void fuse_matmul_epilogues(Graph& g) {
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
   fuse_residuals(g, blob::Opcode::kMatmul, output_roots);
   fuse_activations(g, blob::Opcode::kMatmul, matmul_activation, output_roots);
+  fuse_residuals(g, blob::Opcode::kQuantMatmul, output_roots);
+  fuse_activations(g, blob::Opcode::kQuantMatmul, matmul_activation, output_roots);
 }
 
 void fuse_conv_epilogues(Graph& g) {
