@@ -3,7 +3,9 @@ op_table.def): symmetric integers with one fp32 scale per output channel (int8) 
 K (int4), packed into Int32 words, each row padded to whole 16-byte vectors.
 
     int8: scale[n] = max|W[n, :]| / 127 (1 for a zero row), q = round(W / scale) in [-127, 127]
-    int4: scale[n, g] = max|W[n, group g]| / 7 (1 for a zero group), q = round(W / scale) in [-7, 7]
+    int4: scale[n, g] = max|W[n, group g]| / 7 (1 for a zero group), q = round(W / scale) in
+          [-7, 7], groups of 128 ("int4"), 64 ("int4_g64") or 32 ("int4_g32") consecutive values of K
+          (a weight whose K the group does not divide is not quantized: supports() says so)
 
 Needs only torch (the GPU check dequantizes HF models with it on a machine without executorch).
 """
@@ -13,13 +15,19 @@ import math
 import torch
 
 # weights= choice -> (bits, group size: None = K, one scale per output channel)
-SCHEMES = {"int8": (8, None)}
+SCHEMES = {"int8": (8, None), "int4": (4, 128), "int4_g64": (4, 64), "int4_g32": (4, 32)}
 ROW_ALIGNMENT = 16   # bytes: kQuantMatmul's vector loads (format/quant_layout.h)
 
 
 def row_words(k, bits):
     """Int32 words per packed row of k values (format/quant_layout.h's quant_row_words)."""
     return math.ceil(k * bits / (8 * ROW_ALIGNMENT)) * (ROW_ALIGNMENT // 4)
+
+
+def supports(scheme, k):
+    """Whether `scheme` can quantize a weight of k columns (K): its group must divide k."""
+    group = SCHEMES[scheme][1]
+    return k > 0 and (group is None or k % group == 0)
 
 
 def quantize(weight, scheme="int8"):

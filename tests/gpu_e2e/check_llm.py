@@ -14,9 +14,10 @@ Per program (one line each, PASS/FAIL):
   (a tie that rounding may flip) at or after step --steps; a bf16 program whose tokens part at such
   a near-tie earlier passes when, fed eager's tokens (kiln_llm --force: teacher forcing), every
   step's logits are within 2e-2 of eager's relative to their max; small fp32 programs must also
-  equal the CPU's fp32 tokens. A program with quantized weights (bf16_int8) is held to eager HF
-  with its linears' weights dequantized (kiln_executorch.quantize.fake_quantize_linears, from the
-  dtype the export quantized) by the same rule, and its agreement with the unquantized bf16
+  equal the CPU's fp32 tokens. A program with quantized weights (bf16_int8, bf16_int4) is held to
+  eager HF
+  with its linears' weights dequantized (kiln_executorch.quantize.fake_quantize_linears,
+  from the dtype the export quantized) by the same rule, and its agreement with the unquantized bf16
   model (matching greedy steps, worst logit difference relative to the max) is reported;
 - a prompt past the cache and a decode position past it (kiln_runner on `decode`) fail with a
   clear error naming the bound;
@@ -27,7 +28,8 @@ Per program (one line each, PASS/FAIL):
   torch eager and reduce-overhead of the StaticCacheDecoder (CUDA events, median of 50 calls on
   device tensors), and the HBM floor (weight bytes / measured device copy bandwidth; for int8
   programs the bytes a decode step reads: int8 linears with their scales, the other parameters
-  in their dtype, an embedding tied to the LM head counted once, as the LM head).
+  in their dtype, an embedding tied to the LM head counted once, as the LM head; int4 the same at
+  half a byte a weight with a scale per group).
 Needs python3 with torch (CUDA) and transformers, numpy; no executorch. Exits non-zero on any
 failure.
 """
@@ -190,11 +192,13 @@ def weight_bytes(model, weights):
     params = {id(t): t for t in model.parameters()}
     if not weights:
         return sum(t.numel() * t.element_size() for t in params.values())
-    bits = SCHEMES[weights][0]
+    bits, group = SCHEMES[weights]
     linear = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
     tied = {id(model.get_input_embeddings().weight)} \
         if getattr(model.config, "tie_word_embeddings", False) else set()
-    total = sum(w.shape[0] * (row_words(w.shape[1], bits) * 4 + 4) for w in linear.values())
+    total = sum(w.shape[0] * (row_words(w.shape[1], bits) * 4 + 4 * (w.shape[1] // (group or
+                                                                                  w.shape[1])))
+                for w in linear.values())
     return total + sum(t.numel() * t.element_size() for i, t in params.items()
                        if i not in linear and i not in tied)
 

@@ -1,8 +1,9 @@
 """CI side of the LLM GPU check: export_llm.py writes what check_llm.py needs (the small model in
-fp32, bf16 and bf16 with int8 weights, each method one Kiln delegate with no operator left, the weights' digest the GPU
-side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt from config and seed gives
-the same digest and, through the eager static-cache decoder check_llm.py times, the same tokens;
-and check_llm.py's divergence rule accepts only near-ties."""
+fp32, bf16 and bf16 with int8 / int4 weights, each method one Kiln delegate with no operator left,
+the weights' digest the GPU side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt
+from config and seed gives the same digest and, through the eager static-cache decoder
+check_llm.py times, the same tokens; check_llm.py's divergence rule accepts only near-ties; and the
+quantized programs quantize every matmul, with check_llm.py's dequantized reference and floor."""
 
 import json
 import os
@@ -35,7 +36,8 @@ def exported(tmp_path_factory):
 
 def test_programs_are_one_delegate_per_method_sharing_named_states(exported):
     out, meta = exported
-    assert sorted(meta["programs"]) == ["small_bf16", "small_bf16_int8", "small_fp32"]
+    assert sorted(meta["programs"]) == ["small_bf16", "small_bf16_int4", "small_bf16_int8",
+                                        "small_fp32"]
     for key, p in meta["programs"].items():
         pte = out / p["file"]
         assert read_operators(pte, device_copies=False) == {
@@ -102,3 +104,10 @@ def test_int8_program_quantizes_every_matmul_and_check_llm_rebuilds_its_referenc
     # The decode floor counts the linears at a byte a weight.
     plain = check_llm.weight_bytes(ref, None)
     assert check_llm.weight_bytes(ref, "int8") < 0.6 * plain
+    assert check_llm.weight_bytes(ref, "int4") < 0.35 * plain
+    p4 = meta["programs"]["small_bf16_int4"]
+    assert p4["weights"] == "int4"
+    for d in read_delegates(out / p4["file"]):
+        ops = read_blob(unwrap_state_keys(d.data)[1]).ops
+        assert {(op.operands["bits"], op.operands["group_size"]) for op in ops
+                if op.opcode == bf.Opcode.QUANT_MATMUL} == {(4, 128)}, d.method

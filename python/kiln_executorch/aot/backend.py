@@ -43,7 +43,8 @@ PRECISION_SPEC = "precision"
 LAYOUTS = ("channels_last", "nchw")
 LAYOUT_SPEC = "layout"
 # Weight-only quantization of the matmuls whose weight is a constant (ops/matmul.py): "int8"
-# (per output channel); without the spec, weights keep their dtype.
+# (per output channel) or an int4 scheme (per group of K), kiln_executorch.quantize.SCHEMES;
+# without the spec, weights keep their dtype.
 WEIGHTS = tuple(SCHEMES)
 WEIGHTS_SPEC = "weights"
 # ExecuTorch's key for the device a delegate's data lives on (exir PropagateDevicePass).

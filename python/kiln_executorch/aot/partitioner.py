@@ -173,11 +173,14 @@ class KilnPartitioner(Partitioner):
     tensor-core friendly; converted only where another op reads them) or "nchw" (the layout the
     graph has), carried to the builder as the "layout" compile spec.
 
-    weights: None (default: weights keep their dtype) or "int8": every linear, mm and addmm
-    whose weight is a constant (merged q/k/v projections and an LM head included) stores it as
-    int8 with one fp32 scale per output channel (symmetric, scale = max|W[n, :]| / 127) and runs
-    as a kQuantMatmul, a GEMV/GEMM that dequantizes in registers: a batch-1 decode reads half the
-    weight bytes of bf16. Carried to the lowering as the "weights" compile spec.
+    weights: None (default: weights keep their dtype), "int8" or an int4 scheme: every linear,
+    mm and addmm whose weight is a constant (merged q/k/v projections and an LM head included) is
+    a kQuantMatmul, a GEMV/GEMM that dequantizes in registers. "int8": one byte a weight, one
+    fp32 scale per output channel (symmetric, scale = max|W[n, :]| / 127), so a batch-1 decode
+    reads half the weight bytes of bf16. "int4" (groups of 128 along K), "int4_g64", "int4_g32":
+    int4 in [-7, 7] with one fp32 scale per group (max|W| / 7), a quarter of bf16's bytes; a
+    weight whose K the group does not divide stays unquantized. Carried to the lowering as the
+    "weights" compile spec.
 
     Every Kiln delegate declares its device (the "target_device" compile spec, "cuda:0"), so
     ExecuTorch puts et_copy::_h2d_copy / _d2h_copy at the delegate's boundaries unless the program

@@ -1,4 +1,5 @@
-"""Weight-only int8 quantization (KilnPartitioner(weights="int8")): the quantizer's numbers, the
+"""Weight-only quantization (KilnPartitioner(weights="int8"), and int4 in groups): the quantizer's
+numbers, the
 lowering of linear / mm / addmm with a constant weight (and an LLM's merged projections and LM
 head) to kQuantMatmul, the reference interpreter's answers against torch on the dequantized
 weights (tight: the same products in another order) and against the float model (looser: the
@@ -116,7 +117,8 @@ def test_weights_none_is_unchanged_and_a_non_constant_weight_stays_a_matmul():
 
 
 def test_an_unknown_weights_choice_is_refused_naming_the_choices():
-    with pytest.raises(ValueError, match=r"weights='int3'; choose one of None, int8"):
+    with pytest.raises(ValueError, match=r"weights='int3'; choose one of None, int8, int4, "
+                                         r"int4_g64, int4_g32"):
         KilnPartitioner(weights="int3")
 
 
@@ -143,3 +145,56 @@ def test_tiny_llama_int8_quantizes_every_projection_and_the_lm_head():
     _, float_logits = llm.greedy_reference(model, PROMPT, 1)
     scale = float(float_logits[0].abs().max())
     assert float((logits[0] - float_logits[0]).abs().max()) <= FLOAT_RTOL * scale
+
+
+def test_int4_groups_scale_by_max_over_7_and_pack_low_nibble_first():
+    w = torch.randn(3, 64)
+    w[1, 32:] = 0
+    packed, scales, bits, group = quantize.quantize(w, "int4_g32")
+    assert (bits, group) == (4, 32) and packed.shape == (3, 8) and scales.shape == (3, 2)
+    want = w.reshape(3, 2, 32).abs().amax(2) / 7
+    want[1, 1] = 1
+    assert torch.equal(scales, want)
+    q = quantize.unpack(packed, 64, 4)
+    assert int(q.min()) >= -7 and int(q.max()) == 7 and not q[1, 32:].any()
+    assert torch.equal(q, torch.round(w / want.repeat_interleave(32, 1)).clamp(-7, 7)
+                       .to(torch.int8))
+    first = int(packed.view(torch.uint8)[0, 0])
+    assert (first & 0xF, first >> 4) == (int(q[0, 0]) & 0xF, int(q[0, 1]) & 0xF)
+    assert torch.equal(_quantized_rows(packed, 3, 64, 4), q.to(torch.int64))
+    assert quantize.supports("int4", 256) and not quantize.supports("int4", 96)
+    assert quantize.supports("int4_g32", 96) and quantize.supports("int8", 37)
+
+
+def test_int4_lowers_where_the_group_divides_k_and_matches_the_dequantized_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 24), nn.GELU(), nn.Linear(24, 5)).eval()
+    x = (torch.randn(2, 64),)
+    program = lower(model, x, weights="int4_g32").exported_program()
+    (g,) = _blobs(program)
+    ops = [op for op in g.ops if op.opcode in (bf.Opcode.QUANT_MATMUL, bf.Opcode.MATMUL)]
+    assert [op.opcode for op in ops] == [bf.Opcode.QUANT_MATMUL, bf.Opcode.MATMUL]  # K = 24
+    assert (ops[0].operands["bits"], ops[0].operands["group_size"]) == (4, 32)
+    (got,) = run_program(program, x, compute_dtype=torch.float32)
+    fake = nn.Sequential(nn.Linear(64, 24), nn.GELU(), nn.Linear(24, 5)).eval()
+    fake.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        fake[0].weight.copy_(quantize.fake_quantize(model[0].weight, "int4_g32"))
+        want, float_want = fake(*x), model(*x)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # int4 moves each weight by up to max|W| / 14 of its group: a looser bound on the float model.
+    assert float((got - float_want).abs().max()) <= 0.1 * float(float_want.abs().max())
+
+
+def test_tiny_llama_int4_gives_the_dequantized_models_greedy_tokens():
+    edge = llm.lower_llm(tiny_llama(), MAX_CONTEXT, PREFILL, precision="fp32",
+                         weights="int4_g32")
+    (g,) = _blobs(edge.exported_program("decode"))
+    assert bf.Opcode.MATMUL not in _opcodes(g)
+    assert {op.operands["bits"] for op in g.ops if op.opcode == bf.Opcode.QUANT_MATMUL} == {4}
+    ref = ReferenceProgram(edge, torch.float32)
+    tokens, logits = llm.run_generation(ref.run, PROMPT, 16, PREFILL, MAX_CONTEXT)
+    fake = quantize.fake_quantize_linears(tiny_llama(), "int4_g32")
+    want, want_logits = llm.greedy_reference(fake, PROMPT, 16)
+    assert tokens == want
+    assert max(float((a - b).abs().max()) for a, b in zip(logits, want_logits)) < 1e-4

@@ -1,9 +1,10 @@
 """Matrix products: mm, bmm, addmm and linear, each one kMatmul. A transpose of the last two dims
 of an operand is read in place through trans_a/trans_b instead of being copied.
 
-With KilnPartitioner(weights="int8") a linear, 2-D mm or addmm (alpha = beta = 1, a bias of N
-elements) whose weight is a constant is one kQuantMatmul instead: the weight is quantized here
-(kiln_executorch.quantize) and stored packed, with its scales.
+With KilnPartitioner(weights="int8" / "int4"...) a linear, 2-D mm or addmm (alpha = beta = 1, a
+bias of N elements) whose weight is a constant is one kQuantMatmul instead: the weight is
+quantized here (kiln_executorch.quantize) and stored packed, with its scales; a weight whose K the
+int4 group does not divide stays a kMatmul.
 
 Sibling projections (linears of one input with constant weights: an attention block's q, k and
 v) become one kMatmul over their concatenated weights, writing [.., N_q + N_k + N_v]. Each
@@ -16,6 +17,7 @@ import math
 
 import torch
 
+from ...quantize import supports
 from .common import Value, arguments, aten_op, contiguous_strides, matmul_dtypes, shape, val
 from .registry import Family
 from .views import permutation
@@ -59,7 +61,7 @@ def _quantized(lw, node, x, weight, bias):
             not weight.dtype.is_floating_point:
         return None
     n, k = weight.shape
-    if bias is not None and math.prod(shape(bias)) != n:
+    if (bias is not None and math.prod(shape(bias)) != n) or not supports(lw.weights, k):
         return None
     out = lw.new(node)
     lw.quant_matmul(out, lw.tensor(x), weight, -1 if bias is None else lw.tensor(bias),
@@ -250,7 +252,7 @@ def _merged(lw, group):
     if group[0][1][3] is not None:
         bias = lw.g.add_weight(torch.cat([found[3] for _, found in group]), name=name + "_bias")
         bias_shape = (total,)
-    if lw.weights is not None:
+    if lw.weights is not None and supports(lw.weights, k):
         lw.quant_matmul(merged, lw.tensor(x), torch.cat(weights, 0), bias, m, name=name)
     else:
         w = lw.g.add_weight(torch.cat(weights, 0), name=name + "_weight")
