@@ -4,8 +4,8 @@ K (int4), packed into Int32 words, each row padded to whole 16-byte vectors.
 
     int8: scale[n] = max|W[n, :]| / 127 (1 for a zero row), q = round(W / scale) in [-127, 127]
     int4: scale[n, g] = max|W[n, group g]| / 7 (1 for a zero group), q = round(W / scale) in
-          [-7, 7], groups of 128 ("int4"), 64 ("int4_g64") or 32 ("int4_g32") consecutive values of K
-          (a weight whose K the group does not divide is not quantized: supports() says so)
+          [-7, 7], groups of 128 ("int4"), 64 ("int4_g64") or 32 ("int4_g32") consecutive values
+          of K (a weight whose K the group does not divide is not quantized: supports() says so)
 
 Needs only torch (the GPU check dequantizes HF models with it on a machine without executorch).
 """

@@ -21,9 +21,9 @@ NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default, torch.ops.aten.adaptive_max_p
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,
           device_resident=False, exclude_ops=None, layout="channels_last", weights=None):
     """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision,
-    device_resident, exclude_ops, layout, weights)]). Returns ExecuTorch's EdgeProgramManager (the step before
-    to_executorch; a device-resident one needs KilnPartitioner.executorch_config(device_resident=
-    True) there).
+    device_resident, exclude_ops, layout, weights)]). Returns ExecuTorch's EdgeProgramManager (the
+    step before to_executorch; a device-resident one needs
+    KilnPartitioner.executorch_config(device_resident=True) there).
 
     The module is exported as it is: call .eval() first for inference (batch norm in training mode
     stays on the CPU). For a program with several methods pass dicts keyed by method name for

@@ -184,7 +184,8 @@ class QuantMatmulStep final : public Step {
       return fail(nullptr, Error::InvalidProgram,
                   "Kiln op %zu (QuantMatmul): the packed weight (tensor %lld) is %u-byte aligned; "
                   "its 16-byte row loads need 16",
-                  ctx.op_index, static_cast<long long>(a_.weight), ctx.alignment[size_t(a_.weight)]);
+                  ctx.op_index, static_cast<long long>(a_.weight),
+                  ctx.alignment[size_t(a_.weight)]);
     }
     rows_ = rows_per_chunk(a_.m);
     shape_ = {a_.m, a_.n, a_.k,
