@@ -104,7 +104,7 @@ def test_int8_program_quantizes_every_matmul_and_check_llm_rebuilds_its_referenc
     # The decode floor counts the linears at a byte a weight.
     plain = check_llm.weight_bytes(ref, None)
     assert check_llm.weight_bytes(ref, "int8") < 0.6 * plain
-    assert check_llm.weight_bytes(ref, "int4") < 0.35 * plain
+    assert check_llm.weight_bytes(ref, "int4") < 0.75 * check_llm.weight_bytes(ref, "int8")
     p4 = meta["programs"]["small_bf16_int4"]
     assert p4["weights"] == "int4"
     for d in read_delegates(out / p4["file"]):

@@ -17,8 +17,10 @@ constexpr int kWarps = 8;
 constexpr int kMaxRows = 16;
 // fp32 activations one block stages in shared memory per K tile (32 KiB, all rows together).
 constexpr int kStagedFloats = 8192;
-// 16-byte weight vectors each lane has in flight before it computes.
-constexpr int kUnroll = 4;
+// 16-byte weight vectors each lane has in flight before it computes: 4 KiB a warp, so that even
+// a grid of few rows (N = 2048 at K = 8192: 2048 warps, ~16 an SM) keeps ~64 KiB an SM in flight,
+// about twice what the H200's bandwidth-latency product asks of each SM.
+constexpr int kUnroll = 8;
 
 // The 16-byte weight vector's values as floats. int8: byte e is element e. int4: byte j holds
 // elements 2j (low nibble) and 2j + 1 (high nibble). The integers are exact: a biased byte b goes
@@ -119,7 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + 32 * u;
-        if (c >= vectors) break;
+        if (c >= vectors) continue;   // not break: the unrolled loop keeps `loaded` in registers
         float w[kElems];
         dequantize<kBits>(loaded[u], w);
         const float scale =
