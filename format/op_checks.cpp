@@ -4,6 +4,7 @@
 #include <string>
 
 #include "format/op_decoder_internal.h"
+#include "format/quant_layout.h"
 
 namespace kiln::engine::op_decoder {
 namespace {
@@ -337,6 +338,32 @@ void check(OpDecoder& d, const RopeArgs& a) {
   d.check_extent("x", a.x, a.rank, a.sizes, a.x_offset, a.x_strides);
   d.check_extent("cos", a.cos, a.rank, a.sizes, a.cos_offset, a.cos_strides);
   d.check_extent("sin", a.sin, a.rank, a.sizes, a.sin_offset, a.sin_strides);
+}
+
+void check(OpDecoder& d, const QuantMatmulArgs& a) {
+  table_checks(d, a);
+  if (!d.ok()) return;
+  if (a.bits != 4 && a.bits != 8) {
+    d.fail("bits is %lld: 8 (int8) or 4 (int4) only", ll(a.bits));
+    return;
+  }
+  if (a.group_size != a.k && (a.group_size % 32 != 0 || a.k % a.group_size != 0)) {
+    d.fail("group_size %lld must be K (%lld) or a multiple of 32 dividing K", ll(a.group_size),
+           ll(a.k));
+    return;
+  }
+  const int64_t row_words = blob::quant_row_words(a.k, a.bits);
+  if (row_words < 0) {
+    d.fail("a packed row of K = %lld %lld-bit values overflows int64", ll(a.k), ll(a.bits));
+    return;
+  }
+  d.require_dtype(a.weight, "weight", d.t(a.weight).dtype == blob::DType::kInt32,
+                  "Int32 (the packed quantized weight)");
+  d.require_numel(a.weight, "weight", d.product("N * row_words", {a.n, row_words}),
+                  "N * row_words (each packed row of K values padded to 16 bytes)");
+  d.require_dtype(a.scales, "scales", d.t(a.scales).dtype == blob::DType::kFloat32, "Float32");
+  d.require_numel(a.scales, "scales", d.product("N * K / group_size", {a.n, a.k / a.group_size}),
+                  "N * K / group_size");
 }
 
 }  // namespace kiln::engine::op_decoder

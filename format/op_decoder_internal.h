@@ -398,6 +398,7 @@ void check(OpDecoder& d, const AttentionArgs& a);
 void check(OpDecoder& d, const GatherArgs& a);
 void check(OpDecoder& d, const EmbeddingBagArgs& a);
 void check(OpDecoder& d, const RopeArgs& a);
+void check(OpDecoder& d, const QuantMatmulArgs& a);
 
 /// Fills the Args struct of a `custom` op (op_table.def) from its decoded fields.
 void fill(OpDecoder& d, FusedElementwiseArgs& a);

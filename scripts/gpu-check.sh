@@ -167,8 +167,10 @@ for p in ("torch", "torchvision", "transformers"):
       echo "memcheck $name: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_$name.log" | tail -1) $(grep -cE '^\[       OK \]' "$out/memcheck_$name.log") tests"
     done
     # The kernels that share memory between threads: softmax, layer norm, the reductions
-    # (engine_reduce_gpu_test) and the KV-cache row write (state_gpu_test).
-    for spec in "engine_reduce_gpu_test:*" "state_gpu_test:*"; do
+    # (engine_reduce_gpu_test), the KV-cache row write (state_gpu_test) and the quantized matmul's
+    # staged activations (engine_quant_matmul_gpu_test, without its timing test).
+    for spec in "engine_reduce_gpu_test:*" "state_gpu_test:*" \
+                "engine_quant_matmul_gpu_test:*-*Bandwidth*"; do
       t="$stage/tests/${spec%%:*}"
       "$cs" --tool racecheck --error-exitcode 99 "$t" --gtest_filter="${spec#*:}" \
         > "$out/racecheck_$(basename "$t").log" 2>&1

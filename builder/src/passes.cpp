@@ -218,6 +218,8 @@ void fuse_matmul_epilogues(Graph& g) {
   const bool low = g.precision == blob::Precision::kFp16 || g.precision == blob::Precision::kBf16;
   fuse_activations(g, blob::Opcode::kMatmul,
                    low ? low_precision_matmul_activation : matmul_activation, output_roots);
+  fuse_residuals(g, blob::Opcode::kQuantMatmul, output_roots);
+  fuse_activations(g, blob::Opcode::kQuantMatmul, matmul_activation, output_roots);
 }
 
 void fuse_conv_epilogues(Graph& g) {

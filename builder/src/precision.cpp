@@ -138,6 +138,17 @@ std::unordered_set<int64_t> full_precision_outputs(const Graph& g) {
   return keep;
 }
 
+// kQuantMatmul's per-channel (or per-group) scales stay Float32 in every precision, as the
+// format requires: a bf16 scale would move every dequantized weight of its row by up to 2^-9 of
+// itself, on top of the quantization error, for bytes that are 1 / K of the weight's.
+std::unordered_set<int64_t> quant_scales(const Graph& g) {
+  std::unordered_set<int64_t> keep;
+  for (const Op& op : g.ops) {
+    if (op.opcode == blob::Opcode::kQuantMatmul) keep.insert(g.root(op.at("scales")));
+  }
+  return keep;
+}
+
 }  // namespace
 
 void convert_precision(Graph& g) {
@@ -179,9 +190,10 @@ void convert_precision(Graph& g) {
   std::vector<blob::DType> declared;
   for (int64_t t : g.outputs) declared.push_back(g.tensors[size_t(t)].dtype);
   auto keep = full_precision_outputs(g);
+  const auto scales = quant_scales(g);
   for (Tensor& t : g.tensors) {
     if (t.dtype == blob::DType::kFloat32 && t.storage != blob::Storage::kInput &&
-        !keep.count(t.id) && !float32_only.count(g.root(t.id))) {
+        !keep.count(t.id) && !float32_only.count(g.root(t.id)) && !scales.count(g.root(t.id))) {
       t.dtype = low;
       if (t.has_data) convert_data(t, low);
     }

@@ -123,9 +123,11 @@ def example_inputs(prefill_length: int):
 
 
 def lower_llm(model, max_context: int = 2048, prefill_length: int = 128,
-              precision: str = "bf16", device_resident: bool = False):
+              precision: str = "bf16", device_resident: bool = False, weights=None):
     """torch.export of both methods and to_edge_transform_and_lower with KilnPartitioner: the
-    EdgeProgramManager before to_executorch (the reference interpreter runs it on the CPU)."""
+    EdgeProgramManager before to_executorch (the reference interpreter runs it on the CPU).
+    weights: KilnPartitioner's weights= (None, or "int8": every projection and the LM head
+    quantized)."""
     from executorch.exir import to_edge_transform_and_lower
 
     from .aot import KilnPartitioner
@@ -139,21 +141,23 @@ def lower_llm(model, max_context: int = 2048, prefill_length: int = 128,
         programs = {name: torch.export.export(_Method(decoder, name), inputs[name])
                     for name in METHODS}
         return to_edge_transform_and_lower(
-            programs, partitioner=[KilnPartitioner(precision, device_resident)],
+            programs, partitioner=[KilnPartitioner(precision, device_resident,
+                                                   weights=weights)],
             constant_methods={"max_context": int(max_context),
                               "prefill_length": int(prefill_length),
                               "vocab_size": int(model.config.vocab_size)})
 
 
 def export_llm(model, path, max_context: int = 2048, prefill_length: int = 128,
-               precision: str = "bf16", device_resident: bool = False):
+               precision: str = "bf16", device_resident: bool = False, weights=None):
     """Exports `model` (a HF causal LM in eval mode) to `path`: methods prefill and decode sharing
-    the KV caches, constant methods max_context, prefill_length and vocab_size. Raises ValueError
+    the KV caches, constant methods max_context, prefill_length and vocab_size (weights: as
+    lower_llm's). Raises ValueError
     when a method is not one Kiln delegate with no operator left to ExecuTorch. Returns a dict
     describing the program (sizes, the delegate count and CPU operators per method)."""
     from .aot import KilnPartitioner, read_delegates, read_operators
 
-    edge = lower_llm(model, max_context, prefill_length, precision, device_resident)
+    edge = lower_llm(model, max_context, prefill_length, precision, device_resident, weights)
     with torch.no_grad():
         program = edge.to_executorch(KilnPartitioner.executorch_config(
             device_resident=device_resident))
@@ -161,7 +165,8 @@ def export_llm(model, path, max_context: int = 2048, prefill_length: int = 128,
     delegates = read_delegates(path)
     operators = read_operators(path, device_copies=False)
     info = {"methods": {}, "max_context": int(max_context), "prefill_length": int(prefill_length),
-            "vocab_size": int(model.config.vocab_size), "precision": precision}
+            "vocab_size": int(model.config.vocab_size), "precision": precision,
+            "weights": weights}
     for name in METHODS:
         count = sum(1 for d in delegates if d.method == name and d.backend_id == "KilnBackend")
         info["methods"][name] = {"kiln_delegates": count, "cpu_operators": operators.get(name, [])}

@@ -217,6 +217,20 @@ class BlobBuilder {
     op(blob::Opcode::kRope, v);
   }
 
+  /// kQuantMatmul (op_table.def); group_size 0 means K (one scale per output channel).
+  struct QuantMatmul {
+    int64_t x, weight, scales, bias = -1, out;
+    int64_t m, n, k, bits = 8, group_size = 0;
+    blob::Epilogue epilogue = blob::Epilogue::kNone;
+    int64_t residual = -1;
+  };
+
+  void quant_matmul(const QuantMatmul& q) {
+    op(blob::Opcode::kQuantMatmul,
+       {q.x, q.weight, q.scales, q.bias, q.out, q.m, q.n, q.k, q.bits,
+        q.group_size == 0 ? q.k : q.group_size, static_cast<int64_t>(q.epilogue), q.residual});
+  }
+
   /// One kFusedElementwise instruction, as blob_format.h lays it out.
   struct Instr {
     blob::FusedForm form;

@@ -240,5 +240,61 @@ TEST(BlobReader, EmptyAxisAmaxIsRejected) {
 }
 
 
+
+// kQuantMatmul's packed weight and scales must agree with N, K, bits and group_size.
+TEST(BlobReader, QuantMatmulWeightAndScalesMustMatchTheShape) {
+  struct Case {
+    DType weight_dtype;
+    std::vector<int64_t> weight_sizes;
+    DType scales_dtype;
+    std::vector<int64_t> scales_sizes;
+    int64_t bits, group_size;
+    const char* needle;  // nullptr: valid
+  };
+  // K = 40: an int8 row is 40 bytes, padded to 48 (12 words); int4 with K = 64: 32 bytes (8).
+  const Case cases[] = {
+      {DType::kInt32, {3, 12}, DType::kFloat32, {3}, 8, 40, nullptr},
+      {DType::kInt32, {3, 10}, DType::kFloat32, {3}, 8, 40, "N * row_words"},
+      {DType::kFloat32, {3, 12}, DType::kFloat32, {3}, 8, 40, "expected Int32"},
+      {DType::kInt32, {3, 12}, DType::kFloat32, {4}, 8, 40, "N * K / group_size gives 3"},
+      {DType::kInt32, {3, 12}, DType::kBFloat16, {3}, 8, 40, "is BFloat16, expected Float32"},
+      {DType::kInt32, {3, 12}, DType::kFloat32, {3, 5}, 8, 8,
+       "group_size 8 must be K (40) or a multiple of 32 dividing K"},
+      {DType::kInt32, {3, 12}, DType::kFloat32, {3}, 6, 40, "bits is 6: 8 (int8) or 4 (int4)"},
+  };
+  for (const Case& c : cases) {
+    BlobBuilder b;
+    const std::vector<uint8_t> zeros(4096, 0);
+    const int64_t x = b.input(DType::kFloat32, {2, 40});
+    const int64_t w = b.weight(c.weight_dtype, c.weight_sizes, zeros.data());
+    const int64_t s = b.weight(c.scales_dtype, c.scales_sizes, zeros.data());
+    const int64_t out = b.output(DType::kFloat32, {2, 3});
+    BlobBuilder::QuantMatmul q;
+    q.x = x, q.weight = w, q.scales = s, q.out = out, q.m = 2, q.n = 3, q.k = 40;
+    q.bits = c.bits, q.group_size = c.group_size;
+    b.quant_matmul(q);
+    const Bytes bytes = b.build();
+    if (c.needle == nullptr) {
+      std::string why;
+      EXPECT_TRUE(read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+    } else {
+      EXPECT_TRUE(fails_with(bytes, Error::InvalidProgram, c.needle)) << c.needle;
+    }
+  }
+  // int4 in groups of 32: K = 64 packs into 8 words a row, two scales a row.
+  BlobBuilder b;
+  const std::vector<uint8_t> zeros(4096, 0);
+  BlobBuilder::QuantMatmul q;
+  q.x = b.input(DType::kBFloat16, {1, 64});
+  q.weight = b.weight(DType::kInt32, {3, 8}, zeros.data());
+  q.scales = b.weight(DType::kFloat32, {3, 2}, zeros.data());
+  q.out = b.output(DType::kBFloat16, {1, 3});
+  q.m = 1, q.n = 3, q.k = 64, q.bits = 4, q.group_size = 32;
+  b.quant_matmul(q);
+  const Bytes bytes = b.build();
+  std::string why;
+  EXPECT_TRUE(read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
+}
+
 }  // namespace
 }  // namespace kiln::engine

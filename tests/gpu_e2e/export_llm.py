@@ -4,15 +4,18 @@ decode sharing the KV cache) for the GPU check (check_llm.py).
     export_llm.py --out DIR [--bench llama1b,llama1b_2l]      (or KILN_LLM_BENCH=...)
 
 Always: `small` (2 layers, width 256, 8 heads / 2 KV heads, FFN 512, vocab 1024, cache 192 rows,
-prefill chunks of 32) in fp32 and bf16, weights regenerated from the seed as bench/real_models.py
+prefill chunks of 32) in fp32, bf16 and bf16 with quantized weights (bf16_int8: KilnPartitioner
+weights="int8", every projection and the LM head per-channel int8; bf16_int4: weights="int4",
+int4 in groups of 128), weights regenerated from the seed as bench/real_models.py
 does, with eager HF's greedy tokens on the CPU in fp32 for a fixed prompt. `--bench llama1b` adds
 the Llama-3.2-1B shape (16 layers, width 2048, 32 heads / 8 KV heads, FFN 8192, vocab 128256, tied
-embeddings, cache 2048 rows, prefill chunks of 128) in bf16, for the decode and prefill timings:
+embeddings, cache 2048 rows, prefill chunks of 128) in bf16, bf16_int8 and bf16_int4, for the
+decode and prefill timings:
 about 5 GB of weights over both methods, xz-compressible (the seeded values tile). Its 2-layer cut
 took 10-12 GB of memory and ~4 minutes to export on a 2-core machine: the whole model needs ~40 GB.
 `--bench llama1b_2l` is that cut (2 of the 16 layers, the whole embedding and LM head).
 
-Writes DIR/<name>_<precision>.pte and DIR/meta.json: per program the config, the seed, the
+Writes DIR/<name>_<variant>.pte and DIR/meta.json: per program the config, the seed, the
 weights' SHA-256 (weights_digest: the GPU machine rebuilds the same model from the config and the
 seed and checks it), the prompt, the expected tokens (small fp32 only) and the export's check that
 each method is one Kiln delegate with no CPU operator.
@@ -36,11 +39,13 @@ import real_models  # noqa: E402  (bench/real_models.py: seeded weights and thei
 CONFIGS = {
     "small": (dict(num_hidden_layers=2, hidden_size=256, num_attention_heads=8,
                    num_key_value_heads=2, intermediate_size=512, vocab_size=1024,
-                   max_position_embeddings=4096), 192, 32, ("fp32", "bf16")),
+                   max_position_embeddings=4096), 192, 32, ("fp32", "bf16", "bf16_int8",
+                                                              "bf16_int4")),
     "llama1b": (dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32,
                      num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
                      max_position_embeddings=131072, tie_word_embeddings=True,
-                     rope_theta=500000.0, head_dim=64), 2048, 128, ("bf16",)),
+                     rope_theta=500000.0, head_dim=64), 2048, 128,
+                    ("bf16", "bf16_int8", "bf16_int4")),
 }
 # The 1B shape cut to 2 of its 16 layers (the 128256-token embedding, tied to the LM head, and two
 # full layers: 383M parameters): what a machine with ~24 GB can export. Its decode reads the same
@@ -91,12 +96,17 @@ def main():
             # Exported from bf16 weights (the same program as from fp32 with precision bf16):
             # half the memory, which a billion-parameter export needs on a small machine.
             model = model.to(torch.bfloat16)
-        for precision in precisions:
-            pte = args.out / f"{name}_{precision}.pte"
-            info = export_llm(model, pte, max_context, prefill, precision=precision)
-            programs[f"{name}_{precision}"] = {
+        for variant in precisions:
+            precision, _, weights = variant.partition("_")   # "bf16_int8": bf16, int8 weights
+            pte = args.out / f"{name}_{variant}.pte"
+            info = export_llm(model, pte, max_context, prefill, precision=precision,
+                              weights=weights or None)
+            programs[f"{name}_{variant}"] = {
                 "file": pte.name, "config_name": name, "config": kwargs, "seed": SEED,
-                "digest": digest, "precision": precision,
+                "digest": digest, "precision": precision, "weights": weights or None,
+                # The dtype of the weights the export quantized (check_llm.py fake-quantizes the
+                # same values for its eager reference).
+                "quantized_from": "fp32" if name == "small" else "bf16",
                 "max_context": max_context, "prefill_length": prefill, "prompt": prompt,
                 "new_tokens": NEW_TOKENS, "cpu_fp32_expected_tokens": expected,
                 "methods": info["methods"]}

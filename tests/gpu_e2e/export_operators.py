@@ -6,7 +6,8 @@ an operator's CPU reference test and its GPU test at once.
 
 Writes into DIR, per case: NAME.pte (exported with KilnPartitioner, fp32, host I/O; the export
 fails unless the program is one Kiln delegate with no operator left to ExecuTorch),
-NAME_input_I.bin (raw little-endian inputs) and NAME_expected_J.bin (eager PyTorch's outputs), and
+NAME_input_I.bin (raw little-endian inputs) and NAME_expected_J.bin (eager PyTorch's outputs; a
+case with quantized weights: eager on its dequantized weights), and
 manifest.json listing every case with its inputs' and outputs' dtypes and shapes.
 """
 from __future__ import annotations
@@ -50,15 +51,16 @@ def main() -> int:
     manifest = []
     for name in names:
         module, inputs = test_operators.build(name)
+        options = test_operators.case_options(name)   # e.g. weights="int8"
         pte = args.out / f"{name}.pte"
-        export(module, inputs, str(pte), precision="fp32")
+        export(module, inputs, str(pte), precision="fp32", **options)
         delegates = [d.backend_id for d in read_delegates(pte)]
         outside = read_operators(pte, device_copies=False)["forward"]
         if delegates != ["KilnBackend"] or outside:
             raise SystemExit(f"export_operators: {name} has delegates {delegates} and leaves "
                              f"{outside} to ExecuTorch; expected one KilnBackend delegate")
         with torch.no_grad():
-            expected = module(*inputs)
+            expected = test_operators.reference_module(module, options)(*inputs)
         expected = expected if isinstance(expected, (tuple, list)) else (expected,)
         manifest.append({
             "case": name, "program": pte.name,

@@ -1,8 +1,9 @@
 """CI side of the LLM GPU check: export_llm.py writes what check_llm.py needs (the small model in
-fp32 and bf16, each method one Kiln delegate with no operator left, the weights' digest the GPU
-side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt from config and seed gives
-the same digest and, through the eager static-cache decoder check_llm.py times, the same tokens;
-and check_llm.py's divergence rule accepts only near-ties."""
+fp32, bf16 and bf16 with int8 / int4 weights, each method one Kiln delegate with no operator left,
+the weights' digest the GPU side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt
+from config and seed gives the same digest and, through the eager static-cache decoder
+check_llm.py times, the same tokens; check_llm.py's divergence rule accepts only near-ties; and the
+quantized programs quantize every matmul, with check_llm.py's dequantized reference and floor."""
 
 import json
 import os
@@ -35,7 +36,8 @@ def exported(tmp_path_factory):
 
 def test_programs_are_one_delegate_per_method_sharing_named_states(exported):
     out, meta = exported
-    assert sorted(meta["programs"]) == ["small_bf16", "small_fp32"]
+    assert sorted(meta["programs"]) == ["small_bf16", "small_bf16_int4", "small_bf16_int8",
+                                        "small_fp32"]
     for key, p in meta["programs"].items():
         pte = out / p["file"]
         assert read_operators(pte, device_copies=False) == {
@@ -77,3 +79,35 @@ def test_rebuilt_model_matches_digest_and_tokens(exported):
     far[3] = torch.zeros_like(far[3])
     far[3][tokens[3]] = 1.0
     assert check_llm.first_divergence(other, tokens, far) == (3, False)
+
+
+def test_int8_program_quantizes_every_matmul_and_check_llm_rebuilds_its_reference(exported):
+    import check_llm
+    import export_llm
+    from kiln_executorch.aot import blob_format as bf
+    from kiln_executorch.quantize import fake_quantize
+    from kiln_testing.blob_reader import read_blob
+
+    out, meta = exported
+    p = meta["programs"]["small_bf16_int8"]
+    assert (p["precision"], p["weights"], p["quantized_from"]) == ("bf16", "int8", "fp32")
+    for d in read_delegates(out / p["file"]):
+        ops = [op.opcode for op in read_blob(unwrap_state_keys(d.data)[1]).ops]
+        assert bf.Opcode.QUANT_MATMUL in ops and bf.Opcode.MATMUL not in ops, d.method
+    model = export_llm.build(p["config_name"], p["seed"])
+    head = fake_quantize(model.lm_head.weight).to(torch.bfloat16)
+    embedding = model.model.embed_tokens.weight.to(torch.bfloat16)
+    ref = check_llm.reference_model(model, p)
+    assert ref.lm_head.weight.dtype == torch.bfloat16
+    assert torch.equal(ref.lm_head.weight, head)
+    assert torch.equal(ref.model.embed_tokens.weight, embedding)
+    # The decode floor counts the linears at a byte a weight.
+    plain = check_llm.weight_bytes(ref, None)
+    assert check_llm.weight_bytes(ref, "int8") < 0.6 * plain
+    assert check_llm.weight_bytes(ref, "int4") < 0.75 * check_llm.weight_bytes(ref, "int8")
+    p4 = meta["programs"]["small_bf16_int4"]
+    assert p4["weights"] == "int4"
+    for d in read_delegates(out / p4["file"]):
+        ops = read_blob(unwrap_state_keys(d.data)[1]).ops
+        assert {(op.operands["bits"], op.operands["group_size"]) for op in ops
+                if op.opcode == bf.Opcode.QUANT_MATMUL} == {(4, 128)}, d.method

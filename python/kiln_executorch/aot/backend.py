@@ -28,6 +28,7 @@ import struct
 from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 
+from ..quantize import SCHEMES
 from . import blob_format as bf
 from . import builder
 from .blob_format import Precision, Storage
@@ -41,6 +42,11 @@ PRECISION_SPEC = "precision"
 # convolutions, the builder's channels-last pass) or "nchw" (the pass off).
 LAYOUTS = ("channels_last", "nchw")
 LAYOUT_SPEC = "layout"
+# Weight-only quantization of the matmuls whose weight is a constant (ops/matmul.py): "int8"
+# (per output channel) or an int4 scheme (per group of K), kiln_executorch.quantize.SCHEMES;
+# without the spec, weights keep their dtype.
+WEIGHTS = tuple(SCHEMES)
+WEIGHTS_SPEC = "weights"
 # ExecuTorch's key for the device a delegate's data lives on (exir PropagateDevicePass).
 TARGET_DEVICE_SPEC = "target_device"
 
@@ -58,10 +64,13 @@ class KilnBackend(BackendDetails):
         layout = specs.get(LAYOUT_SPEC, b"channels_last").decode()
         if layout not in LAYOUTS:
             raise ValueError(f"compile spec layout={layout!r}; expected one of {list(LAYOUTS)}")
+        weights = specs[WEIGHTS_SPEC].decode() if WEIGHTS_SPEC in specs else None
+        if weights is not None and weights not in WEIGHTS:
+            raise ValueError(f"compile spec weights={weights!r}; expected one of {list(WEIGHTS)}")
         if program_symbols(edge_program):
-            payload = build_variant_set(edge_program, PRECISIONS[name], layout)
+            payload = build_variant_set(edge_program, PRECISIONS[name], layout, weights)
         else:
-            payload = build_blob(edge_program, PRECISIONS[name], layout=layout)
+            payload = build_blob(edge_program, PRECISIONS[name], layout=layout, weights=weights)
         keys = state_names(edge_program)
         if not keys:
             return PreprocessResult(processed_bytes=payload)
@@ -166,19 +175,20 @@ def _passes(fuse, layout="channels_last"):
 
 
 def build_blob(edge_program, precision=Precision.FP32, fuse=True,
-               layout="channels_last") -> bytes:
+               layout="channels_last", weights=None) -> bytes:
     """Edge program of one partition -> engine blob: lowered here, built by the C++ builder
     (fuse=False keeps every elementwise op its own kernel, the form fusion is checked against;
-    layout="nchw" keeps conv nets NCHW)."""
-    return builder.build_blob(lower_graph(edge_program, precision), _passes(fuse, layout))
+    layout="nchw" keeps conv nets NCHW; weights="int8" quantizes constant matmul weights)."""
+    return builder.build_blob(lower_graph(edge_program, precision, weights), _passes(fuse, layout))
 
 
-def build_variant_set(edge_program, precision=Precision.FP32, layout="channels_last") -> bytes:
+def build_variant_set(edge_program, precision=Precision.FP32, layout="channels_last",
+                      weights=None) -> bytes:
     """A partition with bounded dynamic sizes -> a variant set: the partition lowered once per
     assignment of its symbols and built (with every pass) by the C++ builder, each blob serving
     the delegate input shapes of its own lowering."""
     symbols = program_symbols(edge_program)
     ranges = getattr(edge_program, "range_constraints", None)
-    return builder.build_variant_set([lower_graph(specialise(edge_program, a), precision)
+    return builder.build_variant_set([lower_graph(specialise(edge_program, a), precision, weights)
                                       for a in assignments(symbols, ranges)],
                                      _passes(True, layout))

@@ -19,11 +19,11 @@ NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default, torch.ops.aten.adaptive_max_p
 
 
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,
-          device_resident=False, exclude_ops=None, layout="channels_last"):
+          device_resident=False, exclude_ops=None, layout="channels_last", weights=None):
     """torch.export -> to_edge_transform_and_lower(partitioner=[KilnPartitioner(precision,
-    device_resident, exclude_ops, layout)]). Returns ExecuTorch's EdgeProgramManager (the step before
-    to_executorch; a device-resident one needs KilnPartitioner.executorch_config(device_resident=
-    True) there).
+    device_resident, exclude_ops, layout, weights)]). Returns ExecuTorch's EdgeProgramManager (the
+    step before to_executorch; a device-resident one needs
+    KilnPartitioner.executorch_config(device_resident=True) there).
 
     The module is exported as it is: call .eval() first for inference (batch norm in training mode
     stays on the CPU). For a program with several methods pass dicts keyed by method name for
@@ -45,19 +45,20 @@ def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile
                                            dynamic_shapes=dynamic_shapes)
         return to_edge_transform_and_lower(
             programs, partitioner=[KilnPartitioner(precision, device_resident, exclude_ops,
-                                                   layout)],
+                                                   layout, weights)],
             compile_config=compile_config)
 
 
 def export(module, example_inputs, path, precision="fp32", dynamic_shapes=None,
-           compile_config=None, device_resident=False, exclude_ops=None, layout="channels_last"):
+           compile_config=None, device_resident=False, exclude_ops=None, layout="channels_last",
+           weights=None):
     """lower(...) -> to_executorch() -> the .pte at `path`. Returns `path`.
 
     device_resident=True: every method input and output is a CUDA tensor the caller owns (pass
     device pointers, get device pointers back) and no et_copy operator remains; the default puts
     et_copy::_h2d_copy / _d2h_copy around each Kiln delegate and takes host tensors."""
     edge = lower(module, example_inputs, precision, dynamic_shapes, compile_config,
-                 device_resident, exclude_ops, layout)
+                 device_resident, exclude_ops, layout, weights)
     with torch.no_grad():
         config = KilnPartitioner.executorch_config(device_resident=device_resident)
         Path(path).write_bytes(edge.to_executorch(config).buffer)

@@ -31,6 +31,7 @@ import operator
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ..quantize import quantize
 from .blob_format import BinaryKind, Epilogue, Opcode, Precision, Storage
 from .ir import Graph
 from .ops import OPS, SHAPE_ONLY
@@ -42,9 +43,10 @@ from .ops.common import dtype as _dtype, shape as _shape
 __all__ = ["KilnLoweringError", "Value", "lower_graph"]
 
 
-def lower_graph(edge_program, precision=Precision.FP32) -> Graph:
-    """Edge program of one partition -> lowered, unplanned Kiln IR (the C++ builder's input)."""
-    g = _Lowering(edge_program).run()
+def lower_graph(edge_program, precision=Precision.FP32, weights=None) -> Graph:
+    """Edge program of one partition -> lowered, unplanned Kiln IR (the C++ builder's input).
+    weights: None, or a quantize.SCHEMES name for the matmuls whose weight is a constant."""
+    g = _Lowering(edge_program, weights).run()
     g.precision = precision
     return g
 
@@ -62,8 +64,9 @@ _SWAPPED = {BinaryKind.ADD: BinaryKind.ADD, BinaryKind.MUL: BinaryKind.MUL,
 class _Lowering:
     """Walks the partition's graph once, in order, emitting IR ops for each node."""
 
-    def __init__(self, ep):
+    def __init__(self, ep, weights=None):
         self.ep = ep
+        self.weights = weights   # quantization of constant matmul weights (ops/matmul.py)
         self.g = Graph()
         self.tid = {}        # fx node -> tensor id (a tuple for multi-output ops)
         self.const = {}      # fx node -> its value, known ahead of time
@@ -245,6 +248,17 @@ class _Lowering:
         out = self.new(node)
         self.copy(x, out, shape, in_offset, in_strides, 0, contiguous_strides(shape))
         return out
+
+    def quant_matmul(self, out, x, weight, bias, M, name=""):
+        """kQuantMatmul of x [M, K] (tensor id) with the constant `weight` [N, K], quantized as
+        self.weights says; bias: a tensor id of N elements, or -1."""
+        packed, scales, bits, group = quantize(weight, self.weights)
+        N, K = weight.shape
+        w = self.g.add_weight(packed, name=name + "_q")
+        s = self.g.add_weight(scales, name=name + "_scales")
+        return self.g.add_op(Opcode.QUANT_MATMUL, x=x, weight=w, scales=s, bias=bias, out=out,
+                             M=M, N=N, K=K, bits=bits, group_size=group,
+                             epilogue=Epilogue.NONE, residual=-1)
 
     def matmul(self, out, a, b, bias, batch, M, N, K, bias_shape=(), alpha=1.0, beta=0.0,
                a_batch=0, b_batch=0):

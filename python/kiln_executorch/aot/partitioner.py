@@ -26,7 +26,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .backend import (LAYOUT_SPEC, LAYOUTS, PRECISION_SPEC, PRECISIONS, TARGET_DEVICE_SPEC,
-                      KilnBackend)
+                      WEIGHTS, WEIGHTS_SPEC, KilnBackend)
 from .dynamic import is_sym_node, node_symbols, variant_count
 from .ops.attention import check as attention_check
 from .supported_ops import CONSTANT_ONLY, STATE_UPDATES, VIEWS, aten_op, check_node
@@ -173,16 +173,28 @@ class KilnPartitioner(Partitioner):
     tensor-core friendly; converted only where another op reads them) or "nchw" (the layout the
     graph has), carried to the builder as the "layout" compile spec.
 
+    weights: None (default: weights keep their dtype), "int8" or an int4 scheme: every linear,
+    mm and addmm whose weight is a constant (merged q/k/v projections and an LM head included) is
+    a kQuantMatmul, a GEMV/GEMM that dequantizes in registers. "int8": one byte a weight, one
+    fp32 scale per output channel (symmetric, scale = max|W[n, :]| / 127), so a batch-1 decode
+    reads half the weight bytes of bf16. "int4" (groups of 128 along K), "int4_g64", "int4_g32":
+    int4 in [-7, 7] with one fp32 scale per group (max|W| / 7), a quarter of bf16's bytes; a
+    weight whose K the group does not divide stays unquantized. Carried to the lowering as the
+    "weights" compile spec.
+
     Every Kiln delegate declares its device (the "target_device" compile spec, "cuda:0"), so
     ExecuTorch puts et_copy::_h2d_copy / _d2h_copy at the delegate's boundaries unless the program
     is exported device-resident.
     """
 
     def __init__(self, precision="fp32", device_resident=False, exclude_ops=None,
-                 layout="channels_last"):
+                 layout="channels_last", weights=None):
         if precision not in PRECISIONS:
             raise ValueError(f"KilnPartitioner precision={precision!r}; choose one of "
                              f"{', '.join(PRECISIONS)}")
+        if weights is not None and weights not in WEIGHTS:
+            raise ValueError(f"KilnPartitioner weights={weights!r}; choose one of None, "
+                             f"{', '.join(WEIGHTS)}")
         if layout not in LAYOUTS:
             raise ValueError(f"KilnPartitioner layout={layout!r}; choose one of "
                              f"{', '.join(LAYOUTS)}")
@@ -191,10 +203,13 @@ class KilnPartitioner(Partitioner):
         self.device_resident = bool(device_resident)
         self.exclude_ops = operator_overloads(exclude_ops)
         self.layout = layout
+        self.weights = weights
         specs = [CompileSpec(PRECISION_SPEC, precision.encode()),
                  CompileSpec(TARGET_DEVICE_SPEC, b"cuda:0")]
         if layout != LAYOUTS[0]:   # the default travels as no spec: programs stay as they were
             specs.append(CompileSpec(LAYOUT_SPEC, layout.encode()))
+        if weights is not None:
+            specs.append(CompileSpec(WEIGHTS_SPEC, weights.encode()))
         self.delegation_spec = DelegationSpec(KilnBackend.__name__, specs)
 
     @staticmethod

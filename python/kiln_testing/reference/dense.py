@@ -1,5 +1,5 @@
-"""Reference semantics of the dense opcodes: kMatmul (with its epilogues and residual), kConv2d
-and kPool2d."""
+"""Reference semantics of the dense opcodes: kMatmul (with its epilogues and residual),
+kQuantMatmul, kConv2d and kPool2d."""
 
 import math
 
@@ -37,6 +37,36 @@ def _matmul(m, a, b, bias, out, batch, M, N, K, trans_a, trans_b, a_batch_stride
     y = torch.stack(results) if results else torch.empty(0, dtype=m.fp)
     if residual >= 0:
         y = y + m.read(residual).to(m.fp).reshape(y.shape)
+    m.write(out, None, _activation(y, epilogue))
+
+
+def _quantized_rows(packed, N, K, bits):
+    """The [N, K] integers of kQuantMatmul's packed weight (op_table.def): rows of
+    4 * ceil(K * bits / 128) Int32 words, element k in byte k (bits 8) or in nibble k % 2 (low
+    first) of byte k / 2 (bits 4), two's complement."""
+    words = -(-K * bits // 128) * 4
+    if packed.numel() != N * words:
+        raise BlobExecutionError(f"packed weight has {packed.numel()} words, N * row_words is "
+                                 f"{N * words}")
+    rows = packed.contiguous().view(torch.uint8).reshape(N, words * 4).to(torch.int64)
+    if bits == 8:
+        q = rows[:, :K]
+        return torch.where(q >= 128, q - 256, q)
+    q = torch.stack([rows & 0xF, rows >> 4], 2).reshape(N, -1)[:, :K]
+    return torch.where(q >= 8, q - 16, q)
+
+
+@semantics(Opcode.QUANT_MATMUL)
+def _quant_matmul(m, x, weight, scales, bias, out, M, N, K, bits, group_size, epilogue,
+                  residual):
+    q = _quantized_rows(m.read(weight), N, K, bits).to(m.fp)
+    s = m.read(scales).to(m.fp).reshape(N, K // group_size)
+    w = q * s.repeat_interleave(group_size, dim=1)
+    y = m.read(x).to(m.fp).reshape(M, K) @ w.t()
+    if bias >= 0:
+        y = y + m.read(bias).to(m.fp).reshape(1, N)
+    if residual >= 0:
+        y = y + m.read(residual).to(m.fp).reshape(M, N)
     m.write(out, None, _activation(y, epilogue))
 
 

@@ -24,6 +24,12 @@ def randint(high, *shape, dtype=torch.int64):
     return torch.randint(0, high, shape, generator=g, dtype=dtype)
 
 
+def seeded(*shape, seed=16):
+    """randn from a generator of its own (the cases appended last keep `g`'s sequence for the
+    tests that draw from it after CASES)."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
 class Fn(nn.Module):
     def __init__(self, fn, **modules):
         super().__init__()
@@ -400,6 +406,17 @@ CASES = {
     "adaptive_avg_pool_identity_alone": (lambda m, x: F.adaptive_avg_pool2d(x, (9, 7)), (x4d,)),
     "adaptive_max_pool_identity": (lambda m, x: F.adaptive_max_pool2d(x * 2, (9, 7)) - x,
                                    (x4d,)),
+    # Weight-only quantization (a fourth entry: KilnPartitioner options): against eager on the
+    # dequantized weights (reference_module). Decode-shaped (M = 1, odd N), M > 16 (chunked) with
+    # K not a multiple of 8, a fused residual and relu, int4 in groups of 32.
+    "linear_int8_decode": (lambda m, x: m.lin(x), (seeded(1, 64),), dict(lin=nn.Linear(64, 37)),
+                           dict(weights="int8")),
+    "linear_int8_rows": (lambda m, x: m.lin(x), (seeded(2, 17, 45),), dict(lin=nn.Linear(45, 19)),
+                         dict(weights="int8")),
+    "linear_int8_residual_relu": (lambda m, x: torch.relu(m.lin(x) + x), (seeded(3, 40),),
+                                  dict(lin=nn.Linear(40, 40, bias=False)), dict(weights="int8")),
+    "linear_int4_g32": (lambda m, x: m.lin(x), (seeded(5, 96),), dict(lin=nn.Linear(96, 21)),
+                        dict(weights="int4_g32")),
 }
 
 
@@ -407,6 +424,23 @@ def build(name):
     fn, inputs, *mods = CASES[name]
     torch.manual_seed(0)
     return Fn(fn, **(mods[0] if mods else {})).eval(), inputs
+
+
+def case_options(name):
+    """The KilnPartitioner options of a case (its fourth entry; none for most)."""
+    entry = CASES[name]
+    return dict(entry[3]) if len(entry) > 3 else {}
+
+
+def reference_module(module, options):
+    """The eager module a case's program should match: `module` itself, or with weights=...
+    a copy whose linears' weights are dequantized as the export quantizes them."""
+    if options.get("weights") is None:
+        return module
+    import copy
+
+    from kiln_executorch.quantize import fake_quantize_linears
+    return fake_quantize_linears(copy.deepcopy(module), options["weights"])
 
 
 def not_delegated(program):
@@ -417,10 +451,11 @@ def not_delegated(program):
 @pytest.mark.parametrize("name", CASES)
 def test_operator_matches_eager(name):
     module, inputs = build(name)
-    program = lower(module, inputs).exported_program()
+    options = case_options(name)
+    program = lower(module, inputs, **options).exported_program()
     assert not_delegated(program) == [], "left outside Kiln"
     with torch.no_grad():
-        expected = module(*inputs)
+        expected = reference_module(module, options)(*inputs)
     (actual,) = run_program(program, inputs)
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, equal_nan=True)

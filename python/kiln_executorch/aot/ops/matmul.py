@@ -1,6 +1,11 @@
 """Matrix products: mm, bmm, addmm and linear, each one kMatmul. A transpose of the last two dims
 of an operand is read in place through trans_a/trans_b instead of being copied.
 
+With KilnPartitioner(weights="int8" / "int4"...) a linear, 2-D mm or addmm (alpha = beta = 1, a
+bias of N elements) whose weight is a constant is one kQuantMatmul instead: the weight is
+quantized here (kiln_executorch.quantize) and stored packed, with its scales; a weight whose K the
+int4 group does not divide stays a kMatmul.
+
 Sibling projections (linears of one input with constant weights: an attention block's q, k and
 v) become one kMatmul over their concatenated weights, writing [.., N_q + N_k + N_v]. Each
 sibling's value is then a column block of it: readers that take an offset and strides (SDPA's
@@ -12,6 +17,7 @@ import math
 
 import torch
 
+from ...quantize import supports
 from .common import Value, arguments, aten_op, contiguous_strides, matmul_dtypes, shape, val
 from .registry import Family
 from .views import permutation
@@ -48,12 +54,38 @@ def _matrix(lw, node, rank):
     return lw.tensor(node), 0
 
 
+def _quantized(lw, node, x, weight, bias):
+    """kQuantMatmul of `x` (a node, [.., K]) with the constant `weight` [N, K] and `bias` (a node
+    of N elements, or None) when the program quantizes its weights; else None."""
+    if lw.weights is None or weight is None or weight.dim() != 2 or \
+            not weight.dtype.is_floating_point:
+        return None
+    n, k = weight.shape
+    if (bias is not None and math.prod(shape(bias)) != n) or not supports(lw.weights, k):
+        return None
+    out = lw.new(node)
+    lw.quant_matmul(out, lw.tensor(x), weight, -1 if bias is None else lw.tensor(bias),
+                    math.prod(shape(x)) // k, name=node.name)
+    return out
+
+
+def _constant_weight(lw, b):
+    """The [N, K] weight a 2-D mm's constant second operand b [K, N] stands for, or None."""
+    if lw.weights is None or len(shape(b)) != 2:
+        return None
+    value = _constant(lw, b)
+    return None if value is None else value.t()
+
+
 @family.lowers(aten.mm.default, aten.bmm.default, check=_mm_check)
 def _mm(lw, node):
     merged = _merged_or_none(lw, node)
     if merged is not None:
         return merged
     a, b = node.args[:2]
+    quantized = _quantized(lw, node, a, _constant_weight(lw, b), None)
+    if quantized is not None:
+        return quantized
     rank = len(shape(a))
     out = lw.new(node)
     shape_a, n = shape(a), shape(node)[-1]
@@ -70,9 +102,13 @@ def _addmm(lw, node):
     if merged is not None:
         return merged
     bias, a, b = node.args[:3]
+    args = arguments(node)
+    if args["alpha"] == 1 and args["beta"] == 1 and isinstance(bias, torch.fx.Node):
+        quantized = _quantized(lw, node, a, _constant_weight(lw, b), bias)
+        if quantized is not None:
+            return quantized
     out = lw.new(node)
     (m, k), n = shape(a), shape(node)[1]
-    args = arguments(node)
     lw.matmul(out, _matrix(lw, a, 2), _matrix(lw, b, 2), lw.tensor(bias), 1, m, n, k,
               bias_shape=shape(bias), alpha=args["alpha"], beta=args["beta"])
     return out
@@ -212,13 +248,16 @@ def _merged(lw, group):
     lead = tuple(shape(nodes[0]))[:-1]
     name = "_".join(n.name for n in nodes)
     merged = lw.g.add_tensor(val(nodes[0]).dtype, lead + (total,), name=name)
-    w = lw.g.add_weight(torch.cat(weights, 0), name=name + "_weight")
     bias, bias_shape = -1, ()
     if group[0][1][3] is not None:
         bias = lw.g.add_weight(torch.cat([found[3] for _, found in group]), name=name + "_bias")
         bias_shape = (total,)
-    lw.matmul(merged, (lw.tensor(x), 0), (w, 1), bias, 1, m, total, k, bias_shape=bias_shape,
-              beta=1.0)
+    if lw.weights is not None and supports(lw.weights, k):
+        lw.quant_matmul(merged, lw.tensor(x), torch.cat(weights, 0), bias, m, name=name)
+    else:
+        w = lw.g.add_weight(torch.cat(weights, 0), name=name + "_weight")
+        lw.matmul(merged, (lw.tensor(x), 0), (w, 1), bias, 1, m, total, k,
+                  bias_shape=bias_shape, beta=1.0)
     strides = contiguous_strides(lead + (total,))
     offset = 0
     for n, width in zip(nodes, widths):
@@ -246,6 +285,10 @@ def _linear(lw, node):
         return merged
     args = arguments(node)
     x, weight, bias = args["input"], args["weight"], args["bias"]
+    if lw.weights is not None:
+        quantized = _quantized(lw, node, x, _constant(lw, weight), bias)
+        if quantized is not None:
+            return quantized
     out = lw.new(node)
     n, k = shape(weight)
     m = math.prod(shape(x)) // k
