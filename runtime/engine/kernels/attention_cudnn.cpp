@@ -14,6 +14,7 @@
 
 #include "format/dtype.h"
 #include "format/fail.h"
+#include "runtime/engine/kernels/cudnn_graph.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -47,28 +48,12 @@ class CudnnAttentionStep final : public Step {
       : a_(a), graph_(std::move(graph)), elt_(elt), workspace_(workspace) {}
 
   Error enqueue(const RunContext& ctx) override {
-    const cudnnStatus_t s = cudnnSetStream(ctx.cudnn, ctx.stream);
-    if (s != CUDNN_STATUS_SUCCESS) {
-      return fail(nullptr, Error::Internal, "Kiln engine: op %zu (attention): cudnnSetStream: %s",
-                  ctx.op_index, cudnnGetErrorString(s));
-    }
     std::unordered_map<int64_t, void*> pack{
         {kQ, ctx.ptr<char>(a_.q) + a_.q_offset * elt_},
         {kK, ctx.ptr<char>(a_.k) + a_.k_offset * elt_},
         {kV, ctx.ptr<char>(a_.v) + a_.v_offset * elt_},
         {kO, ctx.ptr(a_.out)}};
-    try {
-      fe::error_t e = graph_->execute(ctx.cudnn, pack, ctx.workspace);
-      if (e.is_bad()) {
-        return fail(nullptr, Error::Internal,
-                    "Kiln engine: op %zu (attention): cuDNN's fused attention failed: %s",
-                    ctx.op_index, e.get_message().c_str());
-      }
-    } catch (const std::exception& ex) {
-      return fail(nullptr, Error::Internal,
-                  "Kiln engine: op %zu (attention): cuDNN's fused attention failed: %s",
-                  ctx.op_index, ex.what());
-    }
+    KILN_TRY(execute_cudnn_graph(*graph_, pack, ctx, "attention", "cuDNN's fused attention"));
     return Error::Ok;
   }
 

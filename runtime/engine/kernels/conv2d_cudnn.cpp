@@ -15,6 +15,7 @@
 
 #include "format/dtype.h"
 #include "format/fail.h"
+#include "runtime/engine/kernels/cudnn_graph.h"
 #include "runtime/engine/kernels/conv2d.cuh"
 
 namespace kiln::engine::kernels {
@@ -58,28 +59,12 @@ class CudnnFusedConvStep final : public Step {
         bias_dtype_(bias_dtype) {}
 
   Error enqueue(const RunContext& ctx) override {
-    const cudnnStatus_t s = cudnnSetStream(ctx.cudnn, ctx.stream);
-    if (s != CUDNN_STATUS_SUCCESS) {
-      return fail(nullptr, Error::Internal, "Kiln engine: op %zu (conv2d): cudnnSetStream: %s",
-                  ctx.op_index, cudnnGetErrorString(s));
-    }
     std::unordered_map<int64_t, void*> pack{
         {kX, ctx.ptr(a_.x)}, {kW, ctx.ptr(a_.weight)}, {kY, ctx.ptr(a_.out)}};
     const bool in_graph = fused_ != Fused::kConvolutionOnly;
     if (in_graph && a_.bias != kNoTensor) pack[kB] = ctx.ptr(a_.bias);
     if (in_graph && a_.residual != kNoTensor) pack[kR] = ctx.ptr(a_.residual);
-    try {
-      fe::error_t e = graph_->execute(ctx.cudnn, pack, ctx.workspace);
-      if (e.is_bad()) {
-        return fail(nullptr, Error::Internal,
-                    "Kiln engine: op %zu (conv2d): cuDNN's fused convolution failed: %s",
-                    ctx.op_index, e.get_message().c_str());
-      }
-    } catch (const std::exception& ex) {
-      return fail(nullptr, Error::Internal,
-                  "Kiln engine: op %zu (conv2d): cuDNN's fused convolution failed: %s",
-                  ctx.op_index, ex.what());
-    }
+    KILN_TRY(execute_cudnn_graph(*graph_, pack, ctx, "conv2d", "cuDNN's fused convolution"));
     if (fused_ == Fused::kAll) return Error::Ok;
     const bool all = fused_ == Fused::kConvolutionOnly;
     const void* bias = all && a_.bias != kNoTensor ? ctx.ptr(a_.bias) : nullptr;
