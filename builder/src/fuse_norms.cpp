@@ -8,6 +8,37 @@
 namespace kiln::builder {
 namespace {
 
+// Whether `strides` read one value per column: every dimension but the last broadcast.
+bool per_column(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                int64_t cols) {
+  if (sizes.empty() || sizes.back() != cols || (cols != 1 && strides.back() != 1)) return false;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) {
+    if (sizes[d] != 1 && strides[d] != 0) return false;
+  }
+  return true;
+}
+
+// The weight of y * w (either order), w a floating tensor of `cols` values read per column;
+// kNoTensor when `op` is not that.
+int64_t column_weight(const Graph& g, const Op& op, int64_t y, int64_t cols) {
+  if (op.opcode != blob::Opcode::kBinary || op.at("kind") != int64_t(blob::BinaryKind::kMul) ||
+      op.at("b") == kNoTensor) {
+    return kNoTensor;
+  }
+  const bool y_is_a = op.at("a") == y, y_is_b = op.at("b") == y;
+  if (y_is_a == y_is_b) return kNoTensor;
+  const int64_t w = op.at(y_is_a ? "b" : "a");
+  const Tensor& wt = g.tensors[size_t(w)];
+  const auto& sizes = op.list("sizes");
+  if (!is_floating(wt.dtype) || wt.numel() != cols ||
+      g.tensors[size_t(op.out())].numel() != g.tensors[size_t(y)].numel() ||
+      !dense_strides(sizes, op.list(y_is_a ? "a_strides" : "b_strides")) ||
+      !per_column(sizes, op.list(y_is_a ? "b_strides" : "a_strides"), cols)) {
+    return kNoTensor;
+  }
+  return w;
+}
+
 class RmsMatcher {
  public:
   explicit RmsMatcher(const Graph& g) : g_(g) {
@@ -46,7 +77,7 @@ class RmsMatcher {
     const Op* last = scale;
     int64_t weight = kNoTensor;
     if (const Op* mul = sole_reader(*scale); mul != nullptr) {
-      weight = column_weight(*mul, scale->out(), cols);
+      weight = column_weight(g_, *mul, scale->out(), cols);
       if (weight != kNoTensor) last = mul;
     }
     if (g_.tensors[size_t(last->out())].dtype != xt.dtype) return false;
@@ -80,16 +111,6 @@ class RmsMatcher {
     return (cols == 1 || strides.back() == 0) && dense_strides(outer, outer_strides);
   }
 
-  // Whether `strides` read one value per column: every dimension but the last broadcast.
-  static bool per_column(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
-                         int64_t cols) {
-    if (sizes.empty() || sizes.back() != cols || (cols != 1 && strides.back() != 1)) return false;
-    for (size_t d = 0; d + 1 < sizes.size(); ++d) {
-      if (sizes[d] != 1 && strides[d] != 0) return false;
-    }
-    return true;
-  }
-
   // x * rstd (either order), x read densely and rstd one value per row.
   bool is_row_scale(const Op& op, int64_t x, int64_t rstd, int64_t cols) const {
     if (op.opcode != blob::Opcode::kBinary || op.at("kind") != int64_t(blob::BinaryKind::kMul) ||
@@ -107,56 +128,9 @@ class RmsMatcher {
            per_row(sizes, op.list(x_is_a ? "b_strides" : "a_strides"), cols);
   }
 
-  // The weight of y * w (either order), w a floating tensor of `cols` values read per column;
-  // kNoTensor when `op` is not that.
-  int64_t column_weight(const Op& op, int64_t y, int64_t cols) const {
-    if (op.opcode != blob::Opcode::kBinary || op.at("kind") != int64_t(blob::BinaryKind::kMul) ||
-        op.at("b") == kNoTensor) {
-      return kNoTensor;
-    }
-    const bool y_is_a = op.at("a") == y, y_is_b = op.at("b") == y;
-    if (y_is_a == y_is_b) return kNoTensor;
-    const int64_t w = op.at(y_is_a ? "b" : "a");
-    const Tensor& wt = g_.tensors[size_t(w)];
-    const auto& sizes = op.list("sizes");
-    if (!is_floating(wt.dtype) || wt.numel() != cols ||
-        g_.tensors[size_t(op.out())].numel() != g_.tensors[size_t(y)].numel() ||
-        !dense_strides(sizes, op.list(y_is_a ? "a_strides" : "b_strides")) ||
-        !per_column(sizes, op.list(y_is_a ? "b_strides" : "a_strides"), cols)) {
-      return kNoTensor;
-    }
-    return w;
-  }
-
   const Graph& g_;
   std::unordered_set<int64_t> output_roots_;
 };
-
-// y * w, w a constant of `cols` values read per column and y read densely: w, else kNoTensor.
-int64_t constant_column_weight(const Graph& g, const Op& op, int64_t y, int64_t cols) {
-  if (op.opcode != blob::Opcode::kBinary || op.at("kind") != int64_t(blob::BinaryKind::kMul) ||
-      op.at("b") == kNoTensor) {
-    return kNoTensor;
-  }
-  const bool y_is_a = g.root(op.at("a")) == g.root(y), y_is_b = g.root(op.at("b")) == g.root(y);
-  if (y_is_a == y_is_b) return kNoTensor;
-  const int64_t w = op.at(y_is_a ? "b" : "a");
-  const Tensor& wt = g.tensors[size_t(w)];
-  const auto& sizes = op.list("sizes");
-  if (wt.storage != blob::Storage::kWeight || !is_floating(wt.dtype) || wt.numel() != cols ||
-      g.tensors[size_t(op.out())].numel() != g.tensors[size_t(y)].numel() ||
-      !dense_strides(sizes, op.list(y_is_a ? "a_strides" : "b_strides"))) {
-    return kNoTensor;
-  }
-  const auto& w_strides = op.list(y_is_a ? "b_strides" : "a_strides");
-  if (sizes.empty() || sizes.back() != cols || (cols != 1 && w_strides.back() != 1)) {
-    return kNoTensor;
-  }
-  for (size_t d = 0; d + 1 < sizes.size(); ++d) {
-    if (sizes[d] != 1 && w_strides[d] != 0) return kNoTensor;
-  }
-  return w;
-}
 
 }  // namespace
 
@@ -170,12 +144,18 @@ void fold_norm_weights(Graph& g) {
       continue;
     }
     const Op* mul = sole_reader(g, norm, output_roots);
-    if (mul == nullptr) continue;
-    const int64_t w = constant_column_weight(g, *mul, norm.out(), norm.at("cols"));
+    if (mul == nullptr || mul->opcode != blob::Opcode::kBinary || mul->at("b") == kNoTensor) {
+      continue;
+    }
+    // The multiply may read the norm's result through a view (a cast drop_identity_ops removed).
+    const int64_t root = g.root(norm.out());
+    const int64_t y = g.root(mul->at("a")) == root ? mul->at("a") : mul->at("b");
+    const int64_t w = column_weight(g, *mul, y, norm.at("cols"));
     const int64_t result = mul->out();
     const Tensor& r = g.tensors[size_t(result)];
-    if (w == kNoTensor || r.alias_of != kNoTensor || r.storage != blob::Storage::kArena ||
-        r.dtype != g.tensors[size_t(norm.out())].dtype) {
+    if (w == kNoTensor || g.root(w) == root ||
+        g.tensors[size_t(w)].storage != blob::Storage::kWeight || r.alias_of != kNoTensor ||
+        r.storage != blob::Storage::kArena || r.dtype != g.tensors[size_t(norm.out())].dtype) {
       continue;
     }
     // The norm writes the product where it stands: the weight is a constant and the result a
