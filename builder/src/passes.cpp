@@ -120,8 +120,7 @@ blob::Epilogue gemm_activation(const Op& act) {
 
 // The epilogue a kConv2d runs for kUnary `act` (the conv nets' activations too: relu6 as
 // hardtanh(0, 6) or clamp(0, 6), silu, hardswish), or kNone.
-blob::Epilogue conv_activation(const Op& op, const Op& act) {
-  (void)op;
+blob::Epilogue conv_activation(const Op& act) {
   switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
     case blob::UnaryKind::kClamp:
       return act.real("p0") == 0.0 && act.real("p1") == 6.0 ? blob::Epilogue::kRelu6
@@ -132,25 +131,11 @@ blob::Epilogue conv_activation(const Op& op, const Op& act) {
   }
 }
 
-// The epilogue a kMatmul runs for `act`: what cuBLASLt fuses, so that silu and the rest stay
-// elementwise ops the fusion pass can merge with their readers (a Llama MLP's silu(gate) * up is
-// one kernel).
-blob::Epilogue matmul_activation(const Op& op, const Op& act) {
-  (void)op;
-  return gemm_activation(act);
-}
-
-// The same in fp16 / bf16 programs, where matmuls of at most 8 rows run on the engine's GEMV,
-// which applies any epilogue in its pass: those take the conv nets' activations too.
-blob::Epilogue low_precision_matmul_activation(const Op& op, const Op& act) {
-  return op.at("batch") == 1 && op.at("M") <= 8 ? conv_activation(op, act) : gemm_activation(act);
-}
-
-// An op of `opcode` followed by an activation `activation` maps to a kind as the only reader of
-// its result: the activation runs in the op's epilogue and its result becomes a view of the
-// op's.
-void fuse_activations(Graph& g, blob::Opcode opcode,
-                      blob::Epilogue (*activation)(const Op& op, const Op& act),
+// An op of `opcode` followed by an activation that `activation(op, act)` maps to a kind as the
+// only reader of its result: the activation runs in the op's epilogue and its result becomes a
+// view of the op's.
+template <typename Activation>
+void fuse_activations(Graph& g, blob::Opcode opcode, Activation activation,
                       const std::unordered_set<int64_t>& output_roots) {
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op& op = g.ops[i];
@@ -215,18 +200,27 @@ void fuse_matmul_epilogues(Graph& g) {
   std::unordered_set<int64_t> output_roots;
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
   fuse_residuals(g, blob::Opcode::kMatmul, output_roots);
+  // What cuBLASLt fuses, so that silu and the rest stay elementwise ops the fusion pass can merge
+  // with their readers (a Llama MLP's silu(gate) * up is one kernel). In fp16 / bf16 programs,
+  // matmuls of at most 8 rows run on the engine's GEMV, which applies any epilogue in its pass:
+  // those take the conv nets' activations too.
   const bool low = g.precision == blob::Precision::kFp16 || g.precision == blob::Precision::kBf16;
-  fuse_activations(g, blob::Opcode::kMatmul,
-                   low ? low_precision_matmul_activation : matmul_activation, output_roots);
+  const auto matmul_activation = [low](const Op& op, const Op& act) {
+    return low && op.at("batch") == 1 && op.at("M") <= 8 ? conv_activation(act)
+                                                          : gemm_activation(act);
+  };
+  fuse_activations(g, blob::Opcode::kMatmul, matmul_activation, output_roots);
   fuse_residuals(g, blob::Opcode::kQuantMatmul, output_roots);
-  fuse_activations(g, blob::Opcode::kQuantMatmul, matmul_activation, output_roots);
+  fuse_activations(g, blob::Opcode::kQuantMatmul,
+                   [](const Op&, const Op& act) { return gemm_activation(act); }, output_roots);
 }
 
 void fuse_conv_epilogues(Graph& g) {
   std::unordered_set<int64_t> output_roots;
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
   fuse_residuals(g, blob::Opcode::kConv2d, output_roots);
-  fuse_activations(g, blob::Opcode::kConv2d, conv_activation, output_roots);
+  fuse_activations(g, blob::Opcode::kConv2d,
+                   [](const Op&, const Op& act) { return conv_activation(act); }, output_roots);
 }
 
 void bind_outputs(Graph& g) {
