@@ -12,6 +12,7 @@ latency (launch gaps of the replay).
 import argparse
 import csv
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -96,7 +97,6 @@ def main() -> int:
     if not Path(ncu).exists():
         print(f"kernel_times: no ncu on this machine ({ncu})", file=sys.stderr)
         return 1
-    import json
     manifest = json.loads((args.models / "manifest.json").read_text())
     keys, precs = args.keys.split(","), [s for s in args.precisions.split(",") if s]
     status, parts = 0, []

@@ -392,9 +392,12 @@ class ReduceStep final : public Step {
                    ? ColumnSplit{}
                    : column_split(args.outer, args.reduce, args.inner)) {}
 
-  // Both accumulator types (int64 and double) are 8 bytes.
+  // One accumulator (AccOf<T>: int64 or double, the same size) per chunk and output.
   size_t workspace_bytes() const override {
-    return split_.chunks > 1 ? size_t(split_.chunks * a_.outer * a_.inner) * 8 : 0;
+    static_assert(sizeof(AccOf<float>) == sizeof(AccOf<int32_t>));
+    return split_.chunks > 1
+               ? size_t(split_.chunks * a_.outer * a_.inner) * sizeof(AccOf<float>)
+               : 0;
   }
 
   Error enqueue(const RunContext& ctx) override {
