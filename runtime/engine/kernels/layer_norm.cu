@@ -104,6 +104,105 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
   }
 }
 
+// `kWidth` floats from `p[i..]` (i a multiple of kWidth), in 16-byte loads.
+template <typename W, int kWidth>
+__device__ __forceinline__ void load_floats(const W* __restrict__ p, int64_t i, float (&dst)[kWidth]) {
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(W));
+  static_assert(kWidth % kChunk == 0, "a vector is whole 16-byte loads");
+#pragma unroll
+  for (int c = 0; c < kWidth / kChunk; ++c) {
+    const Pack<W, kChunk> pk = *reinterpret_cast<const Pack<W, kChunk>*>(p + i + c * kChunk);
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) dst[c * kChunk + j] = to_float(pk.v[j]);
+  }
+}
+
+// The common case of the register-cached kernel, vectorised: the row, the weight and the bias in
+// 16-byte loads, all issued before the first reduction, their dtypes (W: the row's or fp32) fixed
+// at compile time. The generic kernel's per-element dtype switches kept its loads from being
+// issued together, so a 768-column row waited on a dozen dependent memory round trips.
+template <typename T, typename W, int kThreads, int kVecs>
+__global__ void __launch_bounds__(kThreads) layer_norm_vec_kernel(
+    const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols, float eps,
+    const W* __restrict__ weight, const W* __restrict__ bias, bool rms) {
+  constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
+  __shared__ float scratch[32];
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  const int64_t vecs = cols / kWidth;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * cols;
+    T* outr = out + row * cols;
+    float v[kVecs][kWidth], w[kVecs][kWidth], b[kVecs][kWidth];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int64_t vec = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      const bool in = vec < vecs;
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) v[i][j] = 0.0f, w[i][j] = 1.0f, b[i][j] = 0.0f;
+      if (in) {
+        load_floats(xr, vec * kWidth, v[i]);
+        if (weight != nullptr) load_floats(weight, vec * kWidth, w[i]);
+        if (bias != nullptr) load_floats(bias, vec * kWidth, b[i]);
+      }
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) sum += v[i][j];
+    }
+    const float mean = rms ? 0.0f : group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const bool in = threadIdx.x + static_cast<int64_t>(i) * kThreads < vecs;
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) {
+        const float d = in ? v[i][j] - mean : 0.0f;
+        squares += d * d;
+      }
+    }
+    const float variance = group_reduce<kThreads>(squares, SumOp{}, scratch) * inv_cols;
+    const float rstd = rsqrtf(variance + eps);
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int64_t vec = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      if (vec >= vecs) continue;
+      Pack<T, kWidth> pk;
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) pk.v[j] = from_float<T>((v[i][j] - mean) * rstd * w[i][j] + b[i][j]);
+      *reinterpret_cast<Pack<T, kWidth>*>(outr + vec * kWidth) = pk;
+    }
+  }
+}
+
+// The vectorised kernel for one width class: rows of up to kThreads * kVecs 16-byte vectors.
+template <typename T, typename W, int kThreads, int kVecs>
+void launch_vec(const T* x, T* out, int64_t rows, int64_t cols, float eps, const Affine& affine,
+                bool rms, const RunContext& ctx) {
+  const int max_blocks = std::max(1, static_cast<int>(int64_t{ctx.max_blocks} * kBlock / kThreads));
+  const unsigned blocks = blocks_for(rows, 1, max_blocks);
+  layer_norm_vec_kernel<T, W, kThreads, kVecs><<<blocks, kThreads, 0, ctx.stream>>>(
+      x, out, rows, cols, eps, static_cast<const W*>(affine.weight),
+      static_cast<const W*>(affine.bias), rms);
+}
+
+// Picks the width class of the vectorised kernel; false when the row is wider than the widest.
+template <typename T, typename W>
+bool launch_vec_class(const T* x, T* out, int64_t rows, int64_t cols, float eps,
+                      const Affine& affine, bool rms, const RunContext& ctx) {
+  const int64_t vecs = cols / (16 / static_cast<int64_t>(sizeof(T)));
+  if (vecs <= 128) {
+    launch_vec<T, W, 128, 1>(x, out, rows, cols, eps, affine, rms, ctx);
+  } else if (vecs <= 256) {
+    launch_vec<T, W, 128, 2>(x, out, rows, cols, eps, affine, rms, ctx);
+  } else if (vecs <= 512) {
+    launch_vec<T, W, 256, 2>(x, out, rows, cols, eps, affine, rms, ctx);
+  } else if (vecs <= 2048) {
+    launch_vec<T, W, 1024, 2>(x, out, rows, cols, eps, affine, rms, ctx);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // The register-cached kernel for one width class: rows of up to kThreads * 8 columns.
 template <typename T, int kThreads>
 void launch_cached(const T* x, T* out, int64_t rows, int64_t cols, float eps,
@@ -123,7 +222,14 @@ class LayerNormStep final : public Step {
         dtype_(graph.tensors[args.x].dtype),
         weight_dtype_(args.weight == kNoTensor ? DType::kFloat32
                                                : graph.tensors[args.weight].dtype),
-        bias_dtype_(args.bias == kNoTensor ? DType::kFloat32 : graph.tensors[args.bias].dtype) {}
+        bias_dtype_(args.bias == kNoTensor ? DType::kFloat32 : graph.tensors[args.bias].dtype) {
+    const DType shared = args.weight != kNoTensor ? weight_dtype_ : bias_dtype_;
+    const bool one_dtype = args.weight == kNoTensor || args.bias == kNoTensor ||
+                           weight_dtype_ == bias_dtype_;
+    affine_dtype_ = one_dtype && (shared == dtype_ || shared == DType::kFloat32) ? shared
+                                                                                 : DType::kInt64;
+    if (args.weight == kNoTensor && args.bias == kNoTensor) affine_dtype_ = dtype_;
+  }
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.rows == 0 || a_.cols == 0) {
@@ -139,6 +245,11 @@ class LayerNormStep final : public Step {
       T* out = ctx.ptr<T>(a_.out);
       // Width classes: a warp per row up to 256 columns, then register-cached blocks of 128,
       // 256 or 1024 threads (8 columns a thread), then the block loop.
+      if (a_.cols > 256 && vectorizable<T>(x, out, affine) &&
+          (affine_dtype_ == dtype_ ? launch_vec_class<T, T>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx)
+                                   : launch_vec_class<T, float>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx))) {
+        return;
+      }
       if (a_.cols <= 256) {
         constexpr int kRowsPerBlock = kBlock / 32;
         const unsigned blocks = blocks_for(a_.rows, kRowsPerBlock, ctx.max_blocks);
@@ -160,8 +271,21 @@ class LayerNormStep final : public Step {
   }
 
  private:
+  // Whether the vectorised kernel takes this call: whole 16-byte vectors per row, aligned
+  // operands, and a weight and bias (where present) of one dtype, the row's or fp32.
+  template <typename T>
+  bool vectorizable(const T* x, const T* out, const Affine& affine) const {
+    const int64_t width = 16 / static_cast<int64_t>(sizeof(T));
+    const auto aligned = [](const void* p) { return p == nullptr || alignment_of(p) >= 16; };
+    return a_.cols % width == 0 && affine_dtype_ != DType::kInt64 && aligned(x) && aligned(out) &&
+           aligned(affine.weight) && aligned(affine.bias);
+  }
+
   LayerNormArgs a_;
   DType dtype_, weight_dtype_, bias_dtype_;
+  // The dtype the weight and bias share when the vectorised kernel can read them (the row's or
+  // fp32), else kInt64 as "none of those".
+  DType affine_dtype_;
 };
 
 }  // namespace

@@ -58,20 +58,26 @@ TEST_F(EngineGpu, SoftmaxRowsColumnsAndLog) {
 
 TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
-    // Every width class of the kernels: a warp per row (<= 256), a register-cached block per row
-    // (257..8192, partly filled blocks included), the uncached block loop (> 8192).
-    for (int64_t cols : {16, 3000, 1, 257, 768, 1000, 1024, 2048, 4096, 8192, 8193}) {
-      for (int variant = 0; variant < 3; ++variant) {  // affine, plain, RMSNorm with a weight
+    // Every width class of the kernels: a warp per row (<= 256), the vectorised block per row
+    // (whole 16-byte vectors, weight and bias of one dtype: 128..1024 threads, partly filled
+    // blocks included), the register-cached block per row (257..8192 otherwise), the uncached
+    // block loop (wider).
+    for (int64_t cols : {16, 3000, 1, 257, 768, 1000, 1024, 2048, 4096, 8192, 8193, 16384}) {
+      // affine (fp32 weight, row-dtype bias), plain, RMSNorm with a weight, affine with both in
+      // fp32, affine with both in the row's dtype
+      for (int variant = 0; variant < 5; ++variant) {
         const bool affine = variant != 1, rms = variant == 2;
+        const DType wdt = variant == 4 ? dtype : DType::kFloat32;
+        const DType bdt = variant == 3 ? DType::kFloat32 : dtype;
         OneOp c;
         const int64_t rows = cols == 768 ? 700 : 5;  // 700: BERT/ViT-like, hundreds of blocks
         const HostTensor x = random(dtype, {rows, cols}, -3.0, 5.0);
-        const HostTensor w = random(DType::kFloat32, {cols});
-        const HostTensor bias = random(dtype, {cols});
+        const HostTensor w = random(wdt, {cols});
+        const HostTensor bias = random(bdt, {cols});
         const int64_t xi = c.add_input(x);
         const std::vector<uint8_t> wb = w.bytes(), bb = bias.bytes();
-        const int64_t wi = affine ? c.b.weight(DType::kFloat32, {cols}, wb.data()) : -1;
-        const int64_t bi = affine ? c.b.weight(dtype, {cols}, bb.data()) : -1;
+        const int64_t wi = affine ? c.b.weight(wdt, {cols}, wb.data()) : -1;
+        const int64_t bi = affine ? c.b.weight(bdt, {cols}, bb.data()) : -1;
         const int64_t out = c.b.output(dtype, {rows, cols});
         c.b.layer_norm(xi, wi, rms ? -1 : bi, out, rows, cols, 1e-5, rms);
         const auto runs = run_three_ways(c.b, c.inputs);
@@ -90,7 +96,8 @@ TEST_F(EngineGpu, LayerNormWarpAndBlockRows) {
         }
         expect_output(runs, 0, want, tol_for(dtype, 20),
                       std::string(dtype_name(dtype)) + " layer_norm cols " + std::to_string(cols) +
-                          (affine ? " affine" : "") + (rms ? " rms" : ""));
+                          (affine ? " affine" : "") + (rms ? " rms" : "") + " variant " +
+                          std::to_string(variant));
       }
     }
   }
