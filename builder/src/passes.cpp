@@ -119,7 +119,7 @@ blob::Epilogue gemm_activation(const Op& act) {
 }
 
 // The epilogue a kConv2d runs for kUnary `act` (the conv nets' activations too: relu6 as
-// hardtanh(0, 6) or clamp(0, 6), silu, hardswish), or kNone.
+// hardtanh(0, 6) or clamp(0, 6), silu, hardswish, sigmoid), or kNone.
 blob::Epilogue conv_activation(const Op& act) {
   switch (static_cast<blob::UnaryKind>(act.at("kind"))) {
     case blob::UnaryKind::kClamp:
@@ -127,6 +127,7 @@ blob::Epilogue conv_activation(const Op& act) {
                                                              : blob::Epilogue::kNone;
     case blob::UnaryKind::kSilu: return blob::Epilogue::kSilu;
     case blob::UnaryKind::kHardswish: return blob::Epilogue::kHardswish;
+    case blob::UnaryKind::kSigmoid: return blob::Epilogue::kSigmoid;
     default: return gemm_activation(act);
   }
 }
@@ -201,13 +202,11 @@ void fuse_matmul_epilogues(Graph& g) {
   for (int64_t t : g.outputs) output_roots.insert(g.root(t));
   fuse_residuals(g, blob::Opcode::kMatmul, output_roots);
   // What cuBLASLt fuses, so that silu and the rest stay elementwise ops the fusion pass can merge
-  // with their readers (a Llama MLP's silu(gate) * up is one kernel). In fp16 / bf16 programs,
-  // matmuls of at most 8 rows run on the engine's GEMV, which applies any epilogue in its pass:
-  // those take the conv nets' activations too.
-  const bool low = g.precision == blob::Precision::kFp16 || g.precision == blob::Precision::kBf16;
-  const auto matmul_activation = [low](const Op& op, const Op& act) {
-    return low && op.at("batch") == 1 && op.at("M") <= 8 ? conv_activation(act)
-                                                          : gemm_activation(act);
+  // with their readers (a Llama MLP's silu(gate) * up is one kernel). Matmuls of at most 8 rows
+  // run on the engine's GEMV, which applies any epilogue in its pass: those take the conv nets'
+  // activations too (a squeeze-excitation's silu and sigmoid).
+  const auto matmul_activation = [](const Op& op, const Op& act) {
+    return op.at("batch") == 1 && op.at("M") <= 8 ? conv_activation(act) : gemm_activation(act);
   };
   fuse_activations(g, blob::Opcode::kMatmul, matmul_activation, output_roots);
   fuse_residuals(g, blob::Opcode::kQuantMatmul, output_roots);

@@ -397,15 +397,21 @@ TEST(Precision, Float32OnlyOpReadsAFloat32InputUncast) {
 
 // silu folds into a matmul of at most 8 rows in a bf16 / fp16 program (the engine's GEMV applies
 // it), and stays an elementwise op for larger matmuls or fp32 programs (cuBLASLt has no silu).
-TEST(Passes, SiluFoldsIntoFewRowMatmulsOfLowPrecisionPrograms) {
+// Matmuls of at most 8 rows (the engine's GEMV) take the conv nets' activations, in every
+// precision; wider ones keep those that cuBLASLt has no epilogue for as separate ops.
+TEST(Passes, SiluAndSigmoidFoldIntoFewRowMatmuls) {
   struct Case {
     int64_t m;
     blob::Precision precision;
+    U act;
     bool folds;
   };
-  for (const Case& c : {Case{2, blob::Precision::kBf16, true}, Case{2, blob::Precision::kFp16, true},
-                        Case{16, blob::Precision::kBf16, false},
-                        Case{2, blob::Precision::kFp32, false}}) {
+  for (const Case& c : {Case{2, blob::Precision::kBf16, U::kSilu, true},
+                        Case{2, blob::Precision::kFp16, U::kSigmoid, true},
+                        Case{16, blob::Precision::kBf16, U::kSilu, false},
+                        Case{16, blob::Precision::kFp32, U::kSigmoid, false},
+                        Case{2, blob::Precision::kFp32, U::kSilu, true},
+                        Case{8, blob::Precision::kTf32, U::kSigmoid, true}}) {
     Graph g;
     g.precision = c.precision;
     int64_t x = input(g, {c.m, 3}, 0);
@@ -415,12 +421,12 @@ TEST(Passes, SiluFoldsIntoFewRowMatmulsOfLowPrecisionPrograms) {
     g.ops.push_back(make_op(blob::Opcode::kMatmul,
                             {{x}, {w}, {kNoTensor}, {mm}, {1}, {c.m}, {2}, {3}, {0}, {0}, {0}, {0},
                              {0}, {0}, {double_bits(1.0)}, {double_bits(0.0)}, {0}, {kNoTensor}}));
-    g.ops.push_back(unary(U::kSilu, mm, act));
+    g.ops.push_back(unary(c.act, mm, act));
     g.outputs = {act};
     fuse_matmul_epilogues(g);
     ASSERT_EQ(g.ops.size(), c.folds ? 1u : 2u) << c.m << " " << int(c.precision);
-    EXPECT_EQ(g.ops[0].at("epilogue"),
-              int64_t(c.folds ? blob::Epilogue::kSilu : blob::Epilogue::kNone));
+    const blob::Epilogue want = c.act == U::kSilu ? blob::Epilogue::kSilu : blob::Epilogue::kSigmoid;
+    EXPECT_EQ(g.ops[0].at("epilogue"), int64_t(c.folds ? want : blob::Epilogue::kNone));
   }
 }
 

@@ -83,7 +83,7 @@ TEST(BlobReader, UnknownEnumKindsFail) {
       {2, 0, -1, "not a known UnaryKind"},
       {6, 0, 8, "not a known ReduceKind"},
       {10, 0, 2, "not a known PoolKind"},
-      {0, 16, 7, "operand 16 (epilogue) is 7, not a known Epilogue"},
+      {0, 16, 8, "operand 16 (epilogue) is 8, not a known Epilogue"},
       {0, 8, 2, "operand 8 (trans_a) is 2"},
       {4, 5, 3, "operand 5 (is_log) is 3"},
       {10, 17, -1, "count_include_pad"},

@@ -85,6 +85,8 @@ def _activation(y, epilogue):
         return F.silu(y)
     if epilogue == Epilogue.HARDSWISH:
         return F.hardswish(y)
+    if epilogue == Epilogue.SIGMOID:
+        return torch.sigmoid(y)
     return y
 
 

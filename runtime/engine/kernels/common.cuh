@@ -259,6 +259,7 @@ __device__ __forceinline__ float apply_epilogue(float v, blob::Epilogue act) {
     case blob::Epilogue::kRelu6: return v != v ? v : fminf(fmaxf(v, 0.0f), 6.0f);
     case blob::Epilogue::kSilu: return v / (1.0f + expf(-v));
     case blob::Epilogue::kHardswish: return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case blob::Epilogue::kSigmoid: return 1.0f / (1.0f + expf(-v));
     case blob::Epilogue::kNone: break;
   }
   return v;

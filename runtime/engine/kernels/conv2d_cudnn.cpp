@@ -108,6 +108,7 @@ TensorPtr activation(fe::graph::Graph& g, TensorPtr y, Epilogue e) {
                                 .set_swish_beta(1.0f));
     case Epilogue::kGeluErf: return pointwise(g, y, fe::PointwiseMode_t::GELU_FWD);
     case Epilogue::kGeluTanh: return pointwise(g, y, fe::PointwiseMode_t::GELU_APPROX_TANH_FWD);
+    case Epilogue::kSigmoid: return pointwise(g, y, fe::PointwiseMode_t::SIGMOID_FWD);
     default: return nullptr;
   }
 }

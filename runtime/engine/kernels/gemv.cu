@@ -2,8 +2,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
+#include "format/dtype.h"
 #include "runtime/engine/kernels/common.cuh"
 
 namespace kiln::engine::kernels {
@@ -16,7 +18,7 @@ using executorch::runtime::Error;
 constexpr int kMaxRows = 8;                     // M
 constexpr size_t kMaxStagedBytes = 48 << 10;    // the activations, fp32, in shared memory
 constexpr int kWarps = 8;                       // per block
-constexpr int kVector = 8;                      // 16-bit elements per 16-byte load
+constexpr int64_t kMaxNarrowK = 256;            // the element-wise path's K (below 16-byte rows)
 
 struct GemvParams {
   const void* a;          // [M, K]
@@ -34,8 +36,11 @@ struct GemvParams {
 // out[m, col] = act(alpha * a[m, :] . b[col, :] + residual[m, col] + beta * bias[...]). A warp per
 // output column streams its weight row with 16-byte loads (four in flight per lane) and dots it
 // with the M activation rows staged in shared memory as fp32; fp32 accumulation, one rounding.
-template <typename T, int kM>
+// kWide false: rows that are not whole 16-byte vectors (a squeeze-excitation FC's K of 4..28)
+// are read an element a lane.
+template <typename T, int kM, bool kWide>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
+  constexpr int kVector = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   extern __shared__ float staged[];   // [kM][K]
   const T* a = static_cast<const T*>(p.a);
   for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) staged[i] = to_float(a[i]);
@@ -44,19 +49,30 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   const int warp = threadIdx.x >> 5;
   const T* b = static_cast<const T*>(p.b);
   for (int col = blockIdx.x * kWarps + warp; col < p.n; col += gridDim.x * kWarps) {
-    const uint4* row = reinterpret_cast<const uint4*>(b + static_cast<size_t>(col) * p.k);
+    const T* weight_row = b + static_cast<size_t>(col) * p.k;
     float acc[kM] = {};
+    if constexpr (kWide) {
+      const uint4* row = reinterpret_cast<const uint4*>(weight_row);
 #pragma unroll 4
-    for (int v = lane; v < p.k / kVector; v += 32) {
-      const uint4 packed = __ldg(row + v);
-      const T* w = reinterpret_cast<const T*>(&packed);
+      for (int v = lane; v < p.k / kVector; v += 32) {
+        const uint4 packed = __ldg(row + v);
+        const T* w = reinterpret_cast<const T*>(&packed);
 #pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        const float4* x = reinterpret_cast<const float4*>(staged + m * p.k + v * kVector);
-        const float4 x0 = x[0], x1 = x[1];
-        acc[m] += to_float(w[0]) * x0.x + to_float(w[1]) * x0.y + to_float(w[2]) * x0.z +
-                  to_float(w[3]) * x0.w + to_float(w[4]) * x1.x + to_float(w[5]) * x1.y +
-                  to_float(w[6]) * x1.z + to_float(w[7]) * x1.w;
+        for (int m = 0; m < kM; ++m) {
+          const float4* x = reinterpret_cast<const float4*>(staged + m * p.k + v * kVector);
+#pragma unroll
+          for (int q = 0; q < kVector / 4; ++q) {
+            const float4 xq = x[q];
+            acc[m] += to_float(w[4 * q]) * xq.x + to_float(w[4 * q + 1]) * xq.y +
+                      to_float(w[4 * q + 2]) * xq.z + to_float(w[4 * q + 3]) * xq.w;
+          }
+        }
+      }
+    } else {
+      for (int kk = lane; kk < p.k; kk += 32) {
+        const float w = to_float(weight_row[kk]);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) acc[m] += w * staged[m * p.k + kk];
       }
     }
 #pragma unroll
@@ -100,30 +116,41 @@ class GemvStep final : public Step {
     const unsigned blocks = blocks_for(a_.n, kWarps, ctx.max_blocks);
     auto launch = [&](auto tag, auto rows) {
       using T = typename decltype(tag)::type;
-      gemv_kernel<T, decltype(rows)::value><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+      constexpr int kM = decltype(rows)::value;
+      if (wide_) {
+        gemv_kernel<T, kM, true><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+      } else {
+        gemv_kernel<T, kM, false><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+      }
     };
     visit_floating(dtype_, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (sizeof(T) == 2) {
-        switch (a_.m) {  // the rows are a template argument: acc[] stays in registers
-          case 1: launch(tag, std::integral_constant<int, 1>{}); break;
-          case 2: launch(tag, std::integral_constant<int, 2>{}); break;
-          case 3: launch(tag, std::integral_constant<int, 3>{}); break;
-          case 4: launch(tag, std::integral_constant<int, 4>{}); break;
-          case 5: launch(tag, std::integral_constant<int, 5>{}); break;
-          case 6: launch(tag, std::integral_constant<int, 6>{}); break;
-          case 7: launch(tag, std::integral_constant<int, 7>{}); break;
-          default: launch(tag, std::integral_constant<int, kMaxRows>{}); break;
-        }
+      switch (a_.m) {  // the rows are a template argument: acc[] stays in registers
+        case 1: launch(tag, std::integral_constant<int, 1>{}); break;
+        case 2: launch(tag, std::integral_constant<int, 2>{}); break;
+        case 3: launch(tag, std::integral_constant<int, 3>{}); break;
+        case 4: launch(tag, std::integral_constant<int, 4>{}); break;
+        case 5: launch(tag, std::integral_constant<int, 5>{}); break;
+        case 6: launch(tag, std::integral_constant<int, 6>{}); break;
+        case 7: launch(tag, std::integral_constant<int, 7>{}); break;
+        default: launch(tag, std::integral_constant<int, kMaxRows>{}); break;
       }
     });
     return Error::Ok;
   }
 
+  bool wide_ = true;  // whole 16-byte weight rows, aligned: the vector loop
+
  private:
   MatmulArgs a_;
   DType dtype_, bias_dtype_;
 };
+
+// Whether the op's weight rows are whole, aligned 16-byte vectors (the kernel's vector loop).
+bool wide_rows(const MatmulArgs& a, const InitContext& ctx) {
+  const size_t bytes = element_size(ctx.graph.tensors[a.a].dtype);
+  return (a.k * int64_t(bytes)) % 16 == 0 && ctx.alignment[a.a] >= 16 &&
+         ctx.alignment[a.b] >= 16;
+}
 
 }  // namespace
 
@@ -132,25 +159,31 @@ const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
   if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV=off";
   const Graph& g = ctx.graph;
   const DType dtype = g.tensors[a.a].dtype;
-  if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16) || g.tensors[a.b].dtype != dtype ||
-      g.tensors[a.out].dtype != dtype) {
-    return "not Float16 / BFloat16 throughout";
+  if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) ||
+      g.tensors[a.b].dtype != dtype || g.tensors[a.out].dtype != dtype) {
+    return "not one floating dtype throughout";
   }
+  // Every dtype accumulates in fp32 (for fp32 operands exact products: what TF32 only permits
+  // rounding away).
   if (a.batch != 1 || a.m < 1 || a.m > kMaxRows || a.trans_a || !a.trans_b) {
     return "not M <= 8 rows against an [N, K] weight";
   }
-  if (a.k % kVector != 0 || a.k > INT32_MAX / kMaxRows || a.n > INT32_MAX ||
+  if (a.k > INT32_MAX / kMaxRows || a.n > INT32_MAX ||
       static_cast<size_t>(a.m * a.k) * sizeof(float) > kMaxStagedBytes) {
-    return "K not a multiple of 8, or the activations exceed the staging space";
+    return "the activations exceed the staging space";
   }
-  if (ctx.alignment[a.a] < 16 || ctx.alignment[a.b] < 16) return "operands under 16-byte alignment";
+  if (!wide_rows(a, ctx) && a.k > kMaxNarrowK) {
+    return "weight rows not whole aligned 16-byte vectors, at a K the element-wise loop is slow for";
+  }
   return nullptr;
 }
 
 StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
   const Graph& g = ctx.graph;
   const DType bias_dtype = a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype;
-  return std::unique_ptr<Step>(new GemvStep(a, g.tensors[a.a].dtype, bias_dtype));
+  auto step = std::make_unique<GemvStep>(a, g.tensors[a.a].dtype, bias_dtype);
+  step->wide_ = wide_rows(a, ctx);
+  return std::unique_ptr<Step>(std::move(step));
 }
 
 }  // namespace kiln::engine::kernels

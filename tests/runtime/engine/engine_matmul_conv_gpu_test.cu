@@ -36,6 +36,20 @@ struct MatmulCase {
   bool residual = false;  // an input of out's dtype and shape, added before the epilogue
 };
 
+double epilogue_ref(blob::Epilogue e, double v) {
+  switch (e) {
+    case blob::Epilogue::kNone: return v;
+    case blob::Epilogue::kRelu: return std::max(v, 0.0);
+    case blob::Epilogue::kGeluErf: return unary_ref(UnaryKind::kGeluErf, v, 0, 0);
+    case blob::Epilogue::kGeluTanh: return unary_ref(UnaryKind::kGeluTanh, v, 0, 0);
+    case blob::Epilogue::kRelu6: return std::min(std::max(v, 0.0), 6.0);
+    case blob::Epilogue::kSilu: return unary_ref(UnaryKind::kSilu, v, 0, 0);
+    case blob::Epilogue::kHardswish: return unary_ref(UnaryKind::kHardswish, v, 0, 0);
+    case blob::Epilogue::kSigmoid: return unary_ref(UnaryKind::kSigmoid, v, 0, 0);
+  }
+  return v;
+}
+
 void run_matmul(const MatmulCase& mc, const std::string& name) {
   OneOp c;
   c.b.precision = mc.precision;
@@ -88,13 +102,7 @@ void run_matmul(const MatmulCase& mc, const std::string& name) {
           v += mc.beta * bias.v[i * m.bias_row_stride + j * m.bias_col_stride];
         }
         if (mc.residual) v += residual.v[(g * mc.m + i) * mc.n + j];
-        v = mc.epilogue == blob::Epilogue::kNone ? v
-            : mc.epilogue == blob::Epilogue::kRelu
-                ? std::max(v, 0.0)
-                : unary_ref(mc.epilogue == blob::Epilogue::kGeluErf ? UnaryKind::kGeluErf
-                                                                    : UnaryKind::kGeluTanh,
-                            v, 0, 0);
-        want[(g * mc.m + i) * mc.n + j] = v;
+        want[(g * mc.m + i) * mc.n + j] = epilogue_ref(mc.epilogue, v);
       }
     }
   }
@@ -214,26 +222,32 @@ TEST_F(EngineGpu, MatmulHalfBFloat16AndTf32) {
   run_matmul(tf32, "tf32");
 }
 
-// A few rows against an [N, K] weight run on Kiln's GEMV (gemv.cu) for 16-bit types: every row
-// count it specialises, odd N, per-column / per-row / full biases with beta, the residual and
-// each epilogue, and K at the width of a Llama-1B MLP.
+// A few rows against an [N, K] weight run on Kiln's GEMV (gemv.cu): every row count it
+// specialises, odd N, per-column / per-row / full biases with beta, the residual and each
+// epilogue, K at the width of a Llama-1B MLP, and K that is not whole 16-byte vectors (the
+// element-wise loop: a squeeze-excitation FC's 4..28).
 TEST_F(EngineGpu, MatmulFewRowsRunAsGemv) {
-  const blob::Epilogue acts[] = {blob::Epilogue::kNone, blob::Epilogue::kRelu,
-                                 blob::Epilogue::kGeluErf, blob::Epilogue::kGeluTanh};
+  const blob::Epilogue acts[] = {blob::Epilogue::kNone,     blob::Epilogue::kRelu,
+                                 blob::Epilogue::kGeluErf,  blob::Epilogue::kGeluTanh,
+                                 blob::Epilogue::kRelu6,    blob::Epilogue::kSilu,
+                                 blob::Epilogue::kHardswish, blob::Epilogue::kSigmoid};
   int i = 0;
-  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     for (int64_t m = 1; m <= 8; ++m) {
       MatmulCase mc;
       mc.dtype = mc.out_dtype = dtype;
-      mc.m = m, mc.n = 67 + 2 * m, mc.k = m == 1 ? 8192 : 40 * m;
+      const int64_t narrow_k[] = {4, 6, 10, 20, 28, 3, 250, 12};
+      mc.m = m, mc.n = 67 + 2 * m;
+      mc.k = i % 3 == 2 ? narrow_k[m - 1] : m == 1 ? 8192 : 40 * m;
       mc.trans_b = true;
       mc.bias = static_cast<MatmulCase::Bias>(i % 4);
       mc.beta = i % 3 == 0 ? 0.5 : 1.0;
       mc.alpha = i % 5 == 0 ? 0.25 : 1.0;
       mc.residual = i % 2 == 1;
-      mc.epilogue = acts[i % 4];
+      mc.epilogue = acts[i % 8];
       run_matmul(mc, std::string(dtype_name(dtype)) + " gemv M=" + std::to_string(m) +
-                         " bias " + std::to_string(i % 4) + (mc.residual ? " + residual" : ""));
+                         " K=" + std::to_string(mc.k) + " bias " + std::to_string(i % 4) +
+                         (mc.residual ? " + residual" : ""));
       ++i;
     }
   }
