@@ -52,6 +52,27 @@ bool math_allowed(cudnnMathType_t math, DType dtype, bool strict_fp32) {
   return dtype != DType::kFloat32 || math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
+// A patch convolution's input regrouped patch by patch (enqueue_space_to_depth): element i of
+// patches [N, H_out, W_out, kH, kW, C] from NHWC x. Consecutive threads copy the kW * C
+// contiguous elements of one patch row.
+template <typename T>
+__global__ void space_to_depth_kernel(const T* __restrict__ x, T* __restrict__ patches,
+                                      int64_t total, int64_t h, int64_t w, int64_t c, int64_t kh,
+                                      int64_t kw, int64_t h_out, int64_t w_out) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t row = kw * c;  // one patch row: contiguous in x
+    const int64_t in_row = i % row;
+    int64_t t = i / row;
+    const int64_t r = t % kh;
+    t /= kh;
+    const int64_t ow = t % w_out;
+    t /= w_out;
+    const int64_t oh = t % h_out;
+    const int64_t n = t / h_out;
+    patches[i] = x[((n * h + oh * kh + r) * w + ow * kw) * c + in_row];
+  }
+}
+
 // The convolution's epilogue in one pass over out: out = act(out + bias[c] + residual), in fp32
 // and rounded once. Element i's channel is (i / plane) % channels in NCHW (`plane` is
 // H_out * W_out), i % channels in NHWC (plane 1). bias and residual may be null.
@@ -455,6 +476,19 @@ Error enqueue_conv_epilogue(const Conv2dArgs& a, DType dtype, void* out, const v
     conv_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
         static_cast<T*>(out), total, plane, a.c_out, bias, bias_dtype,
         static_cast<const T*>(residual), act);
+  });
+  return Error::Ok;
+}
+
+Error enqueue_space_to_depth(const Conv2dArgs& a, DType dtype, const void* x, void* patches,
+                             const RunContext& ctx) {
+  const int64_t total = a.n * a.h_out * a.w_out * a.kh * a.kw * a.c_in;
+  const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+  visit_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    space_to_depth_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+        static_cast<const T*>(x), static_cast<T*>(patches), total, a.h, a.w, a.c_in, a.kh, a.kw,
+        a.h_out, a.w_out);
   });
   return Error::Ok;
 }

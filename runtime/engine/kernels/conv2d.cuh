@@ -28,4 +28,11 @@ executorch::runtime::Error enqueue_conv_epilogue(const Conv2dArgs& args, blob::D
                                                  blob::DType bias_dtype, const void* residual,
                                                  blob::Epilogue act, const RunContext& ctx);
 
+/// Enqueues the copy that turns a patch convolution (kernel == stride, no padding or dilation,
+/// NHWC) into a 1x1 one: patches[n, oh, ow, r, s, c] = x[n, oh * kH + r, ow * kW + s, c], so the
+/// KRSC filter read as [C_out, kH * kW * C_in] applies to it unchanged.
+executorch::runtime::Error enqueue_space_to_depth(const Conv2dArgs& args, blob::DType dtype,
+                                                  const void* x, void* patches,
+                                                  const RunContext& ctx);
+
 }  // namespace kiln::engine::kernels

@@ -35,6 +35,7 @@ double activation(Epilogue e, double v) {
     case Epilogue::kRelu6: return std::min(std::max(v, 0.0), 6.0);
     case Epilogue::kSilu: return v / (1.0 + std::exp(-v));
     case Epilogue::kHardswish: return v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case Epilogue::kSigmoid: return 1.0 / (1.0 + std::exp(-v));
     case Epilogue::kNone: break;
   }
   return v;
@@ -128,9 +129,14 @@ TEST_F(EngineGpu, Conv2dEpiloguesInBothLayouts) {
       {{1, 16, 9, 9, 16, 5, 5, 2, 2, 2, 1, 16}, "depthwise 5x5 stride 2"},
       {{1, 8, 7, 7, 12, 3, 3, 1, 0, 0, 1, 2}, "groups 2"},
       {{1, 32, 5, 5, 24, 1, 1}, "1x1"},
+      // Patch convolutions (kernel == stride) on 3 channels: in NHWC bf16 the patches are
+      // regrouped into 48 / 192 channels of a 1x1 convolution; 34x33 drops the partial patches.
+      {{1, 3, 34, 33, 16, 4, 4, 4}, "patch 4x4 stride 4"},
+      {{2, 3, 32, 32, 24, 8, 8, 8}, "patch 8x8 stride 8, N 2"},
   };
   const Epilogue epilogues[] = {Epilogue::kNone, Epilogue::kRelu, Epilogue::kRelu6,
-                                Epilogue::kSilu, Epilogue::kHardswish, Epilogue::kGeluErf};
+                                Epilogue::kSilu, Epilogue::kHardswish, Epilogue::kGeluErf,
+                                Epilogue::kSigmoid};
   for (bool cl : {false, true}) {
     const std::string layout = cl ? "NHWC " : "NCHW ";
     size_t i = 0;
