@@ -15,6 +15,7 @@
 // KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/attention_cudnn.h"
+#include "runtime/engine/kernels/attention_gemm.cuh"
 
 #include <algorithm>
 #include <cstdlib>
@@ -448,7 +449,13 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
                          "split-K partial results",
                          ctx.op_index, bytes));
   }
-  return std::unique_ptr<Step>(new AttentionStep(a, p, dtype, forced.get(), partial));
+  std::unique_ptr<Step> kiln(new AttentionStep(a, p, dtype, forced.get(), partial));
+  // fp32 encoder / prefill shapes: cuBLASLt's GEMMs around a softmax (attention_gemm.cu).
+  if (gemm_attention_unsupported(a, g) == nullptr) {
+    StepResult gemm = make_gemm_attention_step(a, ctx, kiln);
+    if (gemm.ok() || gemm.error() != Error::NotSupported) return gemm;
+  }
+  return kiln;
 }
 
 }  // namespace kiln::engine::kernels

@@ -207,10 +207,23 @@ TEST_F(EngineGpu, AttentionGroupedHeadsAndStridedQueries) {
   }
 }
 
+// fp32 with at least 64 queries and keys runs as cuBLASLt GEMMs around a masked softmax
+// (attention_gemm.cu): grouped heads with batch 2 (one GEMM per KV head), an additive mask with
+// strided queries, a dead row, a Bool mask over as many keys as queries, exactly 64 of each.
+TEST_F(EngineGpu, AttentionFp32PrefillAsGemms) {
+  for (const Case& c : {Case{2, 6, 3, 64, 70, 40, 40, false, Mask::kAdditiveRows, true},
+                        Case{2, 2, 2, 64, 64, 8, 8, false, Mask::kDeadRow},
+                        Case{1, 2, 2, 65, 65, 24, 48, true, Mask::kBoolKeys},
+                        Case{2, 4, 1, 64, 80, 64, 64, true, Mask::kNone, false, true}}) {
+    run_case(DType::kFloat32, c);
+  }
+}
+
 TEST_F(EngineGpu, AttentionHalfTypesOnKilnsKernel) {
-  // The cases cuDNN takes by default, forced onto Kiln's own kernel (its fallback).
+  // The cases cuDNN (16-bit) and the GEMMs (fp32) take by default, forced onto Kiln's own kernel
+  // (their fallback).
   ASSERT_EQ(setenv("KILN_ATTENTION", "kiln", 1), 0);
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
     for (const Case& c : {Case{1, 2, 2, 128, 128, 64, 64}, Case{1, 4, 1, 64, 64, 128, 128, true},
                           Case{1, 8, 2, 32, 32, 64, 64, true, Mask::kNone, true},
                           Case{1, 2, 2, 6, 50, 16, 24, true}}) {
