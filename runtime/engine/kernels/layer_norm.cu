@@ -56,6 +56,26 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, T* __restrict__ out, 
   }
 }
 
+// The mean (0 for RMSNorm) and 1 / sqrt(variance + eps) of a block's row held in registers, kN
+// values a thread, those outside the row 0; `in(i)` says whether value i is in the row. Two
+// passes: the variance is taken around the mean.
+template <int kThreads, int kN, typename In>
+__device__ __forceinline__ float2 row_mean_rstd(const float (&v)[kN], In in, float inv_cols,
+                                                float eps, bool rms, float* scratch) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) sum += v[i];
+  const float mean = rms ? 0.0f : group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
+  float squares = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const float d = in(i) ? v[i] - mean : 0.0f;
+    squares += d * d;
+  }
+  const float variance = group_reduce<kThreads>(squares, SumOp{}, scratch) * inv_cols;
+  return make_float2(mean, rsqrtf(variance + eps));
+}
+
 // Rows of up to kThreads * kPerThread columns: one block per row, the row held in registers, so
 // it is read from memory once (the kernel above reads it three times). Same two-pass arithmetic.
 // Transformer widths (768..8192) at a few hundred rows are latency-bound, and a block per row
@@ -72,10 +92,10 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
     float v[kPerThread];
     float w[kPerThread];  // the affine weight and bias, loaded with the row so that their
     float b[kPerThread];  // latency overlaps the row's instead of following the reductions
-    float sum = 0.0f;
+    const auto column = [](int i) { return threadIdx.x + static_cast<int64_t>(i) * kThreads; };
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
-      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
+      const int64_t c = column(i);
       const bool in = c < cols;
       v[i] = in ? to_float(xr[c]) : 0.0f;
       w[i] = in && affine.weight != nullptr
@@ -84,18 +104,10 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
       b[i] = in && affine.bias != nullptr
                  ? static_cast<float>(load_f64(affine.bias, affine.bias_dtype, c))
                  : 0.0f;
-      sum += v[i];
     }
-    const float mean = rms ? 0.0f : group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
-    float squares = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-      const float d = c < cols ? v[i] - mean : 0.0f;
-      squares += d * d;
-    }
-    const float variance = group_reduce<kThreads>(squares, SumOp{}, scratch) * inv_cols;
-    const float rstd = rsqrtf(variance + eps);
+    const float2 stats = row_mean_rstd<kThreads>(
+        v, [&](int i) { return column(i) < cols; }, inv_cols, eps, rms, scratch);
+    const float mean = stats.x, rstd = stats.y;
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) {
       const int64_t c = threadIdx.x + static_cast<int64_t>(i) * kThreads;
@@ -105,8 +117,8 @@ __global__ void __launch_bounds__(kThreads) layer_norm_cached_kernel(
 }
 
 // `kWidth` floats from `p[i..]` (i a multiple of kWidth), in 16-byte loads.
-template <typename W, int kWidth>
-__device__ __forceinline__ void load_floats(const W* __restrict__ p, int64_t i, float (&dst)[kWidth]) {
+template <int kWidth, typename W>
+__device__ __forceinline__ void load_floats(const W* __restrict__ p, int64_t i, float* dst) {
   constexpr int kChunk = 16 / static_cast<int>(sizeof(W));
   static_assert(kWidth % kChunk == 0, "a vector is whole 16-byte loads");
 #pragma unroll
@@ -132,43 +144,34 @@ __global__ void __launch_bounds__(kThreads) layer_norm_vec_kernel(
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* xr = x + row * cols;
     T* outr = out + row * cols;
-    float v[kVecs][kWidth], w[kVecs][kWidth], b[kVecs][kWidth];
-    float sum = 0.0f;
+    // Vector i of this thread is the row's vector threadIdx.x + i * kThreads, its values
+    // v[i * kWidth ..].
+    float v[kVecs * kWidth], w[kVecs * kWidth], b[kVecs * kWidth];
+    const auto vector = [](int i) { return threadIdx.x + static_cast<int64_t>(i) * kThreads; };
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      const int64_t vec = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-      const bool in = vec < vecs;
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[i][j] = 0.0f, w[i][j] = 1.0f, b[i][j] = 0.0f;
-      if (in) {
-        load_floats(xr, vec * kWidth, v[i]);
-        if (weight != nullptr) load_floats(weight, vec * kWidth, w[i]);
-        if (bias != nullptr) load_floats(bias, vec * kWidth, b[i]);
-      }
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) sum += v[i][j];
-    }
-    const float mean = rms ? 0.0f : group_reduce<kThreads>(sum, SumOp{}, scratch) * inv_cols;
-    float squares = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) {
-      const bool in = threadIdx.x + static_cast<int64_t>(i) * kThreads < vecs;
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) {
-        const float d = in ? v[i][j] - mean : 0.0f;
-        squares += d * d;
+        v[i * kWidth + j] = 0.0f, w[i * kWidth + j] = 1.0f, b[i * kWidth + j] = 0.0f;
+      }
+      if (vector(i) < vecs) {
+        load_floats<kWidth>(xr, vector(i) * kWidth, v + i * kWidth);
+        if (weight != nullptr) load_floats<kWidth>(weight, vector(i) * kWidth, w + i * kWidth);
+        if (bias != nullptr) load_floats<kWidth>(bias, vector(i) * kWidth, b + i * kWidth);
       }
     }
-    const float variance = group_reduce<kThreads>(squares, SumOp{}, scratch) * inv_cols;
-    const float rstd = rsqrtf(variance + eps);
+    const float2 stats = row_mean_rstd<kThreads>(
+        v, [&](int e) { return vector(e / kWidth) < vecs; }, inv_cols, eps, rms, scratch);
 #pragma unroll
     for (int i = 0; i < kVecs; ++i) {
-      const int64_t vec = threadIdx.x + static_cast<int64_t>(i) * kThreads;
-      if (vec >= vecs) continue;
+      if (vector(i) >= vecs) continue;
       Pack<T, kWidth> pk;
 #pragma unroll
-      for (int j = 0; j < kWidth; ++j) pk.v[j] = from_float<T>((v[i][j] - mean) * rstd * w[i][j] + b[i][j]);
-      *reinterpret_cast<Pack<T, kWidth>*>(outr + vec * kWidth) = pk;
+      for (int j = 0; j < kWidth; ++j) {
+        const int e = i * kWidth + j;
+        pk.v[j] = from_float<T>((v[e] - stats.x) * stats.y * w[e] + b[e]);
+      }
+      *reinterpret_cast<Pack<T, kWidth>*>(outr + vector(i) * kWidth) = pk;
     }
   }
 }
