@@ -75,14 +75,18 @@ class Step {
 
 using StepResult = executorch::runtime::Result<std::unique_ptr<Step>>;
 
-/// Bytes `address` is aligned to, capped at 256 (what cudaMalloc guarantees).
-inline uint32_t alignment_of(const void* address) {
-  const auto a = reinterpret_cast<uintptr_t>(address);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) {
+/// The alignment an address of alignment `base` keeps `offset_bytes` further on (base or less).
+inline uint32_t min_alignment(uint32_t base, int64_t offset_bytes) {
+  uint32_t align = base;
+  while (align > 1 && offset_bytes % align != 0) {
     align /= 2;
   }
   return align;
+}
+
+/// Bytes `address` is aligned to, capped at 256 (what cudaMalloc guarantees).
+inline uint32_t alignment_of(const void* address) {
+  return min_alignment(256, static_cast<int64_t>(reinterpret_cast<uintptr_t>(address) % 256));
 }
 
 }  // namespace kiln::engine

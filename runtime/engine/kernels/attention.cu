@@ -38,8 +38,6 @@ constexpr int kKeys = 32;                                     // keys per tile: 
 constexpr int kMaxCols = int(kMaxAttentionHeadDim / 32);      // accumulator columns per lane
 constexpr int kQueriesPerWarp[] = {1, 2, 4};                         // the instantiated R
 
-enum class MaskKind : int { kNone, kAdditive, kBool };
-
 struct Params {
   const void* q;
   const void* k;
@@ -391,9 +389,7 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
   }
   const blob::DType dtype = g.tensors[a.q].dtype;
   Params p{};
-  p.mask_kind = a.mask == kNoTensor                               ? MaskKind::kNone
-                : g.tensors[a.mask].dtype == blob::DType::kBool ? MaskKind::kBool
-                                                                  : MaskKind::kAdditive;
+  p.mask_kind = mask_kind(a, g);
   p.heads_q = a.heads_q;
   p.group = a.heads_q / a.heads_kv;
   p.seq_q = a.seq_q;

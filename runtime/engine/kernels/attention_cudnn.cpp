@@ -35,12 +35,6 @@ bool enabled() {
          std::strcmp(env, "cudnn") == 0;
 }
 
-uint32_t min_alignment(uint32_t base, int64_t offset_bytes) {
-  uint32_t align = base;
-  while (align > 1 && offset_bytes % align != 0) align /= 2;
-  return align;
-}
-
 class CudnnAttentionStep final : public Step {
  public:
   CudnnAttentionStep(const AttentionArgs& a, std::shared_ptr<fe::graph::Graph> graph,

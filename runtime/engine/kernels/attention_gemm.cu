@@ -9,25 +9,20 @@
 
 #include "format/fail.h"
 #include "runtime/engine/cuda_check.h"
-#include "runtime/engine/device.h"
+#include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/matmul.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
 
 using executorch::runtime::Error;
 
-using Desc = UniqueHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using Layout = UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = UniqueHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
-
 // Below: decode, and short prefills (a 32-token Llama prefill ran 16% slower end to end as three
 // launches than on Kiln's one), which Kiln's kernel keeps.
 constexpr int64_t kMinQueries = 64;
 constexpr size_t kMaxScoreBytes = size_t{64} << 20;  // the scores' share of the workspace
 constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
-
-enum class MaskKind : int { kNone, kAdditive, kBool };
 
 struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -78,13 +73,6 @@ __global__ void masked_softmax_kernel(const SoftmaxParams p, int64_t rows) {
     const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
     for (int64_t j = lane; j < p.seq_kv; j += 32) row[j] *= inv;
   }
-}
-
-// Bytes `bytes` is a multiple of, as an alignment (256 for 0, cudaMalloc's).
-uint32_t alignment_of_bytes(int64_t bytes) {
-  uint32_t align = 256;
-  while (align > 1 && bytes % align != 0) align /= 2;
-  return align;
 }
 
 // One strided-batched GEMM in cuBLASLt's column-major terms: D[m, n] = alpha * op(A) B, op(A)
@@ -165,7 +153,7 @@ class BatchedGemm {
   }
 
   size_t op_ = 0;
-  Desc desc_;
+  MatmulDesc desc_;
   Layout a_, b_, d_;
   cublasLtMatmulAlgo_t algo_{};
 };
@@ -190,15 +178,15 @@ class GemmAttentionStep final : public Step {
     const int64_t kv_head = group_ == 1 ? 1 : 0;  // K / V batch stride in heads
     // Every pointer a call forms (base + offset + batch / head / unit steps) keeps these.
     const auto align = [&](int64_t t, int64_t offset, std::initializer_list<int64_t> steps) {
-      uint32_t al = std::min(ctx.alignment[t], alignment_of_bytes(offset * f));
-      for (int64_t s : steps) al = std::min(al, alignment_of_bytes(s * f));
+      uint32_t al = min_alignment(ctx.alignment[t], offset * f);
+      for (int64_t s : steps) al = min_alignment(al, s * f);
       return al;
     };
     const uint32_t q_al = align(a_.q, a_.q_offset, {a_.q_stride_b, a_.q_stride_h});
     const uint32_t k_al = align(a_.k, a_.k_offset, {a_.k_stride_b, a_.k_stride_h});
     const uint32_t v_al = align(a_.v, a_.v_offset, {a_.v_stride_b, a_.v_stride_h});
     const uint32_t o_al = align(a_.out, 0, {a_.out_stride_b, a_.out_stride_h});
-    const uint32_t s_al = alignment_of_bytes(scores * f);
+    const uint32_t s_al = min_alignment(256, scores * f);  // the workspace is cudaMalloc's
     base_align_[0] = ctx.alignment[a_.q], base_align_[1] = ctx.alignment[a_.k];
     base_align_[2] = ctx.alignment[a_.v], base_align_[3] = ctx.alignment[a_.out];
     const int32_t batch = static_cast<int32_t>(batch_heads_);
@@ -216,9 +204,7 @@ class GemmAttentionStep final : public Step {
       KILN_TRY(pv_.init(ctx.lt, compute, false, uint64_t(a_.head_dim_v), uint64_t(sq),
                         uint64_t(skv), ld, stride, batch, al, ctx.op_index));
     }
-    softmax_.mask_kind = a_.mask == kNoTensor ? MaskKind::kNone
-                         : g.tensors[a_.mask].dtype == blob::DType::kBool ? MaskKind::kBool
-                                                                           : MaskKind::kAdditive;
+    softmax_.mask_kind = mask_kind(a_, g);
     softmax_.heads_q = a_.heads_q, softmax_.seq_q = sq, softmax_.seq_kv = skv;
     softmax_.ms[0] = a_.mask_stride_b, softmax_.ms[1] = a_.mask_stride_h;
     softmax_.ms[2] = a_.mask_stride_q, softmax_.ms[3] = a_.mask_stride_k;
@@ -240,32 +226,32 @@ class GemmAttentionStep final : public Step {
     void* gemm_workspace = static_cast<char*>(ctx.workspace) + score_bytes_;
     const int64_t per_head = a_.seq_q * a_.seq_kv;
     const int64_t units = a_.heads_q / batch_heads_;  // KV heads when grouped, else 1
-    for (int64_t b = 0; b < a_.batch; ++b) {
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t h0 = u * batch_heads_;  // first query head of this call
-        const int64_t hk = group_ == 1 ? 0 : u;
-        float* s = scores + (b * a_.heads_q + h0) * per_head;
-        KILN_TRY(qk_.run(ctx, static_cast<float>(a_.scale),
-                         k + b * a_.k_stride_b + hk * a_.k_stride_h,
-                         q + b * a_.q_stride_b + h0 * a_.q_stride_h, s, gemm_workspace));
+    // Calls `call(b, h0, hk)` for each GEMM call: batch row b, its first query head h0 and
+    // (grouped) KV head hk.
+    const auto each_call = [&](auto call) {
+      for (int64_t b = 0; b < a_.batch; ++b) {
+        for (int64_t u = 0; u < units; ++u) {
+          KILN_TRY(call(b, u * batch_heads_, group_ == 1 ? 0 : u));
+        }
       }
-    }
+      return Error::Ok;
+    };
+    KILN_TRY(each_call([&](int64_t b, int64_t h0, int64_t hk) {
+      return qk_.run(ctx, static_cast<float>(a_.scale), k + b * a_.k_stride_b + hk * a_.k_stride_h,
+                     q + b * a_.q_stride_b + h0 * a_.q_stride_h,
+                     scores + (b * a_.heads_q + h0) * per_head, gemm_workspace);
+    }));
     SoftmaxParams sp = softmax_;
     sp.scores = scores;
     sp.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
     const int64_t rows = a_.batch * a_.heads_q * a_.seq_q;
     masked_softmax_kernel<<<blocks_for(rows, kBlock / 32, ctx.max_blocks), kBlock, 0,
                             ctx.stream>>>(sp, rows);
-    for (int64_t b = 0; b < a_.batch; ++b) {
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t h0 = u * batch_heads_;
-        const int64_t hk = group_ == 1 ? 0 : u;
-        KILN_TRY(pv_.run(ctx, 1.0f, v + b * a_.v_stride_b + hk * a_.v_stride_h,
-                         scores + (b * a_.heads_q + h0) * per_head,
-                         out + b * a_.out_stride_b + h0 * a_.out_stride_h, gemm_workspace));
-      }
-    }
-    return Error::Ok;
+    return each_call([&](int64_t b, int64_t h0, int64_t hk) {
+      return pv_.run(ctx, 1.0f, v + b * a_.v_stride_b + hk * a_.v_stride_h,
+                     scores + (b * a_.heads_q + h0) * per_head,
+                     out + b * a_.out_stride_b + h0 * a_.out_stride_h, gemm_workspace);
+    });
   }
 
   size_t workspace_bytes() const override {
@@ -293,8 +279,7 @@ const char* gemm_attention_unsupported(const AttentionArgs& a, const Graph& grap
   if (a.seq_q < kMinQueries || a.seq_kv < kMinQueries) return "fewer than 64 queries or keys";
   // A Bool mask over more keys than queries is a KV cache's: Kiln's kernel skips its unwritten
   // rows, the GEMMs would score every one.
-  if (a.mask != kNoTensor && graph.tensors[a.mask].dtype == blob::DType::kBool &&
-      a.seq_kv > a.seq_q) {
+  if (mask_kind(a, graph) == MaskKind::kBool && a.seq_kv > a.seq_q) {
     return "a KV cache's Bool mask";
   }
   if (a.heads_kv <= 0 || a.heads_q % a.heads_kv != 0 || a.heads_q > INT32_MAX) {

@@ -20,10 +20,6 @@ using blob::Epilogue;
 using executorch::runtime::Error;
 using executorch::runtime::Result;
 
-using MatmulDesc = UniqueHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using Layout = UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = UniqueHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
-
 using ll = long long;
 
 cudaDataType_t cuda_type(DType dtype) {

@@ -10,6 +10,9 @@
 namespace kiln::engine::kernels {
 
 using UniqueCublasLt = UniqueHandle<cublasLtHandle_t, cublasLtDestroy>;
+using MatmulDesc = UniqueHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Layout = UniqueHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = UniqueHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
 
 /// Workspace every matmul step is given (the size cuBLAS recommends for Hopper).
 inline constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;
