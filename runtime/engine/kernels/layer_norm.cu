@@ -1,6 +1,7 @@
 #include "runtime/engine/kernels/layer_norm.cuh"
 
 #include <algorithm>
+#include <optional>
 
 #include "runtime/engine/kernels/common.cuh"
 
@@ -218,6 +219,17 @@ void launch_cached(const T* x, T* out, int64_t rows, int64_t cols, float eps,
       <<<blocks, kThreads, 0, ctx.stream>>>(x, out, rows, cols, eps, affine, rms);
 }
 
+// The dtype the vectorised kernel reads the weight and bias in: the one they share, when it is
+// the row's or fp32 (the row's when there are neither); none otherwise.
+std::optional<DType> vec_affine_dtype(const LayerNormArgs& a, DType row, DType weight,
+                                      DType bias) {
+  if (a.weight == kNoTensor && a.bias == kNoTensor) return row;
+  if (a.weight != kNoTensor && a.bias != kNoTensor && weight != bias) return std::nullopt;
+  const DType shared = a.weight != kNoTensor ? weight : bias;
+  if (shared != row && shared != DType::kFloat32) return std::nullopt;
+  return shared;
+}
+
 class LayerNormStep final : public Step {
  public:
   LayerNormStep(const LayerNormArgs& args, const Graph& graph)
@@ -225,14 +237,8 @@ class LayerNormStep final : public Step {
         dtype_(graph.tensors[args.x].dtype),
         weight_dtype_(args.weight == kNoTensor ? DType::kFloat32
                                                : graph.tensors[args.weight].dtype),
-        bias_dtype_(args.bias == kNoTensor ? DType::kFloat32 : graph.tensors[args.bias].dtype) {
-    const DType shared = args.weight != kNoTensor ? weight_dtype_ : bias_dtype_;
-    const bool one_dtype = args.weight == kNoTensor || args.bias == kNoTensor ||
-                           weight_dtype_ == bias_dtype_;
-    affine_dtype_ = one_dtype && (shared == dtype_ || shared == DType::kFloat32) ? shared
-                                                                                 : DType::kInt64;
-    if (args.weight == kNoTensor && args.bias == kNoTensor) affine_dtype_ = dtype_;
-  }
+        bias_dtype_(args.bias == kNoTensor ? DType::kFloat32 : graph.tensors[args.bias].dtype),
+        vec_affine_(vec_affine_dtype(args, dtype_, weight_dtype_, bias_dtype_)) {}
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.rows == 0 || a_.cols == 0) {
@@ -246,12 +252,16 @@ class LayerNormStep final : public Step {
       using T = typename decltype(tag)::type;
       const T* x = ctx.ptr<const T>(a_.x);
       T* out = ctx.ptr<T>(a_.out);
-      // Width classes: a warp per row up to 256 columns, then register-cached blocks of 128,
-      // 256 or 1024 threads (8 columns a thread), then the block loop.
-      if (a_.cols > 256 && vectorizable<T>(x, out, affine) &&
-          (affine_dtype_ == dtype_ ? launch_vec_class<T, T>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx)
-                                   : launch_vec_class<T, float>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx))) {
-        return;
+      // Rows over 256 columns that the vectorised kernel takes run on it (its widest class is
+      // 2048 vectors). Otherwise by width: a warp per row up to 256 columns, then
+      // register-cached blocks of 128, 256 or 1024 threads (8 columns a thread), then the block
+      // loop.
+      if (a_.cols > 256 && vectorizable<T>(x, out, affine)) {
+        const bool launched =
+            *vec_affine_ == dtype_
+                ? launch_vec_class<T, T>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx)
+                : launch_vec_class<T, float>(x, out, a_.rows, a_.cols, eps, affine, a_.rms, ctx);
+        if (launched) return;
       }
       if (a_.cols <= 256) {
         constexpr int kRowsPerBlock = kBlock / 32;
@@ -280,15 +290,13 @@ class LayerNormStep final : public Step {
   bool vectorizable(const T* x, const T* out, const Affine& affine) const {
     const int64_t width = 16 / static_cast<int64_t>(sizeof(T));
     const auto aligned = [](const void* p) { return p == nullptr || alignment_of(p) >= 16; };
-    return a_.cols % width == 0 && affine_dtype_ != DType::kInt64 && aligned(x) && aligned(out) &&
+    return a_.cols % width == 0 && vec_affine_.has_value() && aligned(x) && aligned(out) &&
            aligned(affine.weight) && aligned(affine.bias);
   }
 
   LayerNormArgs a_;
   DType dtype_, weight_dtype_, bias_dtype_;
-  // The dtype the weight and bias share when the vectorised kernel can read them (the row's or
-  // fp32), else kInt64 as "none of those".
-  DType affine_dtype_;
+  std::optional<DType> vec_affine_;  // vec_affine_dtype's
 };
 
 }  // namespace
