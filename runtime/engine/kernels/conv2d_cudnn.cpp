@@ -72,17 +72,17 @@ Conv2dArgs as_pointwise(const Conv2dArgs& a) {
 
 class CudnnFusedConvStep final : public Step {
  public:
-  CudnnFusedConvStep(const Conv2dArgs& a, std::shared_ptr<fe::graph::Graph> graph,
-                     size_t workspace, Fused fused, blob::DType dtype, blob::DType bias_dtype)
-      : a_(a), graph_(std::move(graph)), workspace_(workspace), fused_(fused), dtype_(dtype),
-        bias_dtype_(bias_dtype) {}
-
-  // Makes this step regroup `patch`'s input into the workspace first (graph_ is as_pointwise's).
-  void regroup_patches_of(const Conv2dArgs& patch) {
-    patch_ = patch;
-    const size_t bytes = static_cast<size_t>(patch.n * patch.h_out * patch.w_out * patch.kh *
-                                             patch.kw * patch.c_in) * element_size(dtype_);
-    patch_bytes_ = (bytes + 255) / 256 * 256;  // cuDNN's workspace follows, aligned
+  // `patch`: the patch convolution that `a` (its as_pointwise) computes, whose input this step
+  // regroups into the workspace first; null for any other convolution.
+  CudnnFusedConvStep(const Conv2dArgs& a, const Conv2dArgs* patch,
+                     std::shared_ptr<fe::graph::Graph> graph, size_t workspace, Fused fused,
+                     blob::DType dtype, blob::DType bias_dtype)
+      : a_(a), patch_(patch != nullptr ? *patch : Conv2dArgs{}), graph_(std::move(graph)),
+        workspace_(workspace), fused_(fused), dtype_(dtype), bias_dtype_(bias_dtype) {
+    if (patch != nullptr) {  // the regrouped patches are a_'s input: [N, H, W, C_in]
+      const size_t bytes = static_cast<size_t>(a.n * a.h * a.w * a.c_in) * element_size(dtype);
+      patch_bytes_ = (bytes + 255) / 256 * 256;  // cuDNN's workspace follows, aligned
+    }
   }
 
   Error enqueue(const RunContext& ctx) override {
@@ -115,7 +115,7 @@ class CudnnFusedConvStep final : public Step {
 
  private:
   Conv2dArgs a_;
-  Conv2dArgs patch_{};      // the patch convolution a_ computes, when patch_bytes_ != 0
+  Conv2dArgs patch_;        // the patch convolution a_ computes, when patch_bytes_ != 0
   size_t patch_bytes_ = 0;  // the regrouped patches at the workspace's start
   std::shared_ptr<fe::graph::Graph> graph_;
   size_t workspace_;
@@ -256,10 +256,8 @@ StepResult make_cudnn_fused_conv_step(const Conv2dArgs& args, const InitContext&
       if (build_graph(a, ctx, fused, &graph, &workspace, &reason)) {
         const blob::DType bias_dtype =
             a.bias == kNoTensor ? dtype : g.tensors[a.bias].dtype;
-        auto step = std::make_unique<CudnnFusedConvStep>(a, std::move(graph), workspace, fused,
-                                                         dtype, bias_dtype);
-        if (patches) step->regroup_patches_of(args);
-        return std::unique_ptr<Step>(std::move(step));
+        return std::unique_ptr<Step>(new CudnnFusedConvStep(
+            a, patches ? &args : nullptr, std::move(graph), workspace, fused, dtype, bias_dtype));
       }
       if (why.empty()) why = reason;
     }

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <type_traits>
 
 #include "format/dtype.h"
@@ -101,8 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 
 class GemvStep final : public Step {
  public:
-  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype) : a_(a), dtype_(dtype),
-                                                                 bias_dtype_(bias_dtype) {}
+  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype, bool wide)
+      : a_(a), dtype_(dtype), bias_dtype_(bias_dtype), wide_(wide) {}
 
   Error enqueue(const RunContext& ctx) override {
     GemvParams p{ctx.ptr(a_.a), ctx.ptr(a_.b), ctx.ptr(a_.out),
@@ -138,11 +137,10 @@ class GemvStep final : public Step {
     return Error::Ok;
   }
 
-  bool wide_ = true;  // whole 16-byte weight rows, aligned: the vector loop
-
  private:
   MatmulArgs a_;
   DType dtype_, bias_dtype_;
+  bool wide_;  // whole 16-byte weight rows, aligned: the vector loop
 };
 
 // Whether the op's weight rows are whole, aligned 16-byte vectors (the kernel's vector loop).
@@ -181,9 +179,8 @@ const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
 StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
   const Graph& g = ctx.graph;
   const DType bias_dtype = a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype;
-  auto step = std::make_unique<GemvStep>(a, g.tensors[a.a].dtype, bias_dtype);
-  step->wide_ = wide_rows(a, ctx);
-  return std::unique_ptr<Step>(std::move(step));
+  return std::unique_ptr<Step>(
+      new GemvStep(a, g.tensors[a.a].dtype, bias_dtype, wide_rows(a, ctx)));
 }
 
 }  // namespace kiln::engine::kernels
