@@ -15,7 +15,8 @@ from .partitioner import KilnPartitioner
 # partitioning, so the exception is needed whether Kiln takes the operator or exclude_ops leaves
 # it to ExecuTorch's CPU kernels.
 NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default, torch.ops.aten.adaptive_max_pool2d.default,
-                    torch.ops.aten.median.default, torch.ops.aten.median.dim]
+                    torch.ops.aten.median.default, torch.ops.aten.median.dim,
+                    torch.ops.aten.adaptive_max_pool3d.default]
 
 
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,

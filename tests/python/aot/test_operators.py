@@ -358,6 +358,37 @@ CASES = {
                                                                    bias=False))),
     "conv_transpose1d": (lambda m, x: F.gelu(m.conv(x)), (randn(2, 4, 9),),
                          dict(conv=nn.ConvTranspose1d(4, 3, 4, stride=2, padding=1))),
+    # 3-D convolutions (volumetric.py: depth unfolded into channels, one kConv2d): padded, strided
+    # and dilated, grouped without bias, a depth of one output (no copy back), a runtime weight,
+    # transposed with stride, output padding and groups; 3-D pools as two kPool2d (H, W then D):
+    # max with ceil_mode and dilation, average with and without the padding counted; adaptive
+    # 3-D pools per axis.
+    "conv3d_padded_strided_dilated": (lambda m, x: torch.relu(m.conv(x)), (randn(2, 3, 7, 6, 5),),
+                                      dict(conv=nn.Conv3d(3, 4, 3, stride=(2, 1, 2),
+                                                          padding=(1, 2, 0),
+                                                          dilation=(2, 1, 1)))),
+    "conv3d_grouped_no_bias": (lambda m, x: m.conv(x) + 1, (randn(1, 4, 4, 5, 5),),
+                               dict(conv=nn.Conv3d(4, 6, (2, 3, 3), groups=2, bias=False))),
+    "conv3d_single_output_depth": (lambda m, x: m.conv(x), (randn(1, 2, 3, 4, 4),),
+                                   dict(conv=nn.Conv3d(2, 3, 3, padding=(0, 1, 1)))),
+    "conv3d_runtime_weight": (lambda m, x, w: F.conv3d(x, w * 2, padding=1),
+                              (randn(1, 2, 3, 4, 4), randn(3, 2, 3, 3, 3))),
+    "conv_transpose3d_strided_grouped": (lambda m, x: m.conv(x), (randn(1, 4, 3, 4, 3),),
+                                         dict(conv=nn.ConvTranspose3d(4, 6, 3, stride=(2, 1, 2),
+                                                                      padding=1,
+                                                                      output_padding=(1, 0, 1),
+                                                                      groups=2))),
+    "max_pool3d_ceil_dilated": (lambda m, x: F.max_pool3d(x, 3, 2, padding=1, dilation=(1, 2, 1),
+                                                          ceil_mode=True),
+                                (randn(2, 3, 7, 8, 6),)),
+    "avg_pool3d_pad_counted": (lambda m, x: F.avg_pool3d(x, (2, 3, 3), (2, 2, 1), padding=1,
+                                                         ceil_mode=True),
+                               (randn(1, 2, 5, 6, 7),)),
+    "avg_pool3d_pad_not_counted": (lambda m, x: F.avg_pool3d(x * 2, 3, 2, padding=1,
+                                                             count_include_pad=False),
+                                   (randn(1, 3, 6, 5, 7),)),
+    "adaptive_pools3d": (lambda m, x: F.adaptive_avg_pool3d(x, (2, 3, 4)) +
+                         F.adaptive_max_pool3d(x, (2, 3, 4)), (randn(1, 2, 5, 7, 6),)),
     # median (kReduce's median kind: the lower median, NaN when the axis holds one): over
     # everything, along a middle dim of even length with keepdim, integers with ties, NaN rows.
     "median_global": (lambda m, x: torch.median(x * 2), (randn(5, 7),)),
@@ -486,8 +517,10 @@ def refused(found, op):
      "floating tensors only"),
     (lambda m, x, w: F.conv_transpose2d(x, w * 2), (randn(1, 4, 8, 8), randn(4, 2, 3, 3)),
      "aten.convolution.default", "transposed convolution with a weight computed at run time"),
-    (lambda m, x: m.conv3d(x), (randn(1, 4, 5, 6, 7),), "aten.convolution.default",
-     "3-D convolution: Kiln runs 1-D and 2-D only"),
+    (lambda m, x: F.max_pool3d(x, 2, return_indices=True)[1].float(), (randn(1, 2, 4, 4, 4),),
+     "aten.max_pool3d_with_indices.default", "the indices output is used"),
+    (lambda m, x: F.avg_pool3d(x, 2, divisor_override=3), (randn(1, 2, 4, 4, 4),),
+     "aten.avg_pool3d.default", "divisor_override"),
     (lambda m, x: F.max_pool2d(x, 2, return_indices=True)[1].float(), (x4d,),
      "aten.max_pool2d_with_indices.default", "the indices output is used"),
     (lambda m, x: F.avg_pool2d(x, 2, divisor_override=3), (x4d,), "aten.avg_pool2d.default",
@@ -512,7 +545,7 @@ def refused(found, op):
      "per_sample_weights"),
 ])
 def test_refused_operators_say_why(fn, inputs, op, reason):
-    modules = dict(conv3d=nn.Conv3d(4, 4, 3), table=nn.Parameter(randn(10, 3)))
+    modules = dict(table=nn.Parameter(randn(10, 3)))
     reasons = refused(decisions(Fn(fn, **modules).eval(), inputs), op)
     assert any(reason in r for r in reasons), reasons
 

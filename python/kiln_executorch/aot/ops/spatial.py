@@ -1,6 +1,6 @@
 """2-D convolution and pooling over NCHW tensors: kConv2d (a 1x1 convolution of a 1x1 image is a
 kMatmul; a 1-D convolution is a kConv2d of height 1, a transposed one a kConv2d of its input
-spread out by the stride) and kPool2d. The convolution keeps its bias
+spread out by the stride; a 3-D one is volumetric.py's) and kPool2d. The convolution keeps its bias
 (its own, or a folded batch norm's); the C++ builder folds a following residual add and
 activation into it and, by default, switches conv nets to channels-last (NHWC) memory."""
 
@@ -10,6 +10,7 @@ from ..blob_format import Epilogue, Opcode, PoolKind
 from .common import (arguments, dtype, floating_input, matmul_dtypes, only_first_output_used,
                      pair, shape, val)
 from .registry import Family
+from .volumetric import convolution3d
 
 aten = torch.ops.aten
 family = Family(__name__)
@@ -18,8 +19,8 @@ family = Family(__name__)
 def _convolution_check(node, ctx):
     args = arguments(node)
     x, weight = args["input"], args["weight"]
-    if val(x).dim() not in (3, 4) or val(weight).dim() != val(x).dim():
-        return f"{val(x).dim() - 2}-D convolution: Kiln runs 1-D and 2-D only"
+    if val(x).dim() not in (3, 4, 5) or val(weight).dim() != val(x).dim():
+        return f"{val(x).dim() - 2}-D convolution: Kiln runs 1-D, 2-D and 3-D ones"
     if args["transposed"] and not ctx.is_constant(weight):
         return ("transposed convolution with a weight computed at run time (Kiln flips and "
                 "transposes the weight ahead of time)")
@@ -62,6 +63,8 @@ def _convolution(lw, node):
     transposed one a kConv2d of the zero-interleaved input (_transposed)."""
     args = arguments(node)
     x, weight, bias, groups = args["input"], args["weight"], args["bias"], args["groups"]
+    if val(x).dim() == 5:
+        return convolution3d(lw, node)
     one_d = val(x).dim() == 3
     lift = (lambda s: (s[0], s[1], 1, s[2])) if one_d else tuple
     x4, w4, out4 = lift(shape(x)), lift(shape(weight)), lift(shape(node))
