@@ -10,7 +10,7 @@ from ..blob_format import Epilogue, Opcode, PoolKind
 from .common import (arguments, dtype, floating_input, matmul_dtypes, only_first_output_used,
                      pair, shape, val)
 from .registry import Family
-from .volumetric import convolution3d
+from .volumetric import convolution3d, spread, transposed_weight
 
 aten = torch.ops.aten
 family = Family(__name__)
@@ -112,26 +112,14 @@ def _transposed(lw, node, x4, w4, out4, geometry):
     (n, c_in, h, w), (_, c_g, kh, kw) = x4, w4
     (sh, sw), (ph, pw), (dh, dw) = geometry
     (qh, qw) = _as_2d(args["output_padding"], 0, len(shape(node)) == 3)
-    weight = lw.const[args["weight"]].reshape(groups, c_in // groups, c_g, kh, kw)
-    flipped = weight.transpose(1, 2).flip(3, 4).reshape(groups * c_g, c_in // groups, kh, kw)
+    flipped = transposed_weight(lw.const[args["weight"]].reshape(c_in, c_g, kh, kw), groups)
     wt = lw.g.add_weight(flipped.contiguous(), name=f"{node.name}_weight")
     lo = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
     hi = (lo[0] + qh, lo[1] + qw)
     if sh == sw == 1 and lo == hi and min(lo) >= 0:
         return lw.g.add_alias(lw.tensor(args["input"]), x4), wt, [(1, 1), lo, (dh, dw)]
-    hp, wp = (h - 1) * sh + 1 + lo[0] + hi[0], (w - 1) * sw + 1 + lo[1] + hi[1]
-    buffer = lw.g.add_tensor(dtype(node), (n, c_in, hp, wp), name=f"{node.name}_spread")
-    lw.g.add_op(Opcode.FILL, out=buffer, value=0.0)
-    # The input rows / columns i that land inside the buffer, at lo + i * s.
-    first = [max(0, -(lo[k] // s)) for k, s in ((0, sh), (1, sw))]
-    last = [min(size - 1, (extent - 1 - lo[k]) // s) for k, (size, extent, s) in
-            enumerate(((h, hp, sh), (w, wp, sw)))]
-    counts = [b - a + 1 for a, b in zip(first, last)]
-    if min(counts) > 0:
-        lw.copy(lw.tensor(args["input"]), buffer, [n, c_in, counts[0], counts[1]],
-                first[0] * w + first[1], [c_in * h * w, h * w, w, 1],
-                (lo[0] + first[0] * sh) * wp + lo[1] + first[1] * sw,
-                [c_in * hp * wp, hp * wp, sh * wp, sw])
+    buffer, _ = spread(lw, lw.tensor(args["input"]), x4, (sh, sw), lo, hi,
+                       dtype(node), node.name)
     return buffer, wt, [(1, 1), (0, 0), (dh, dw)]
 
 

@@ -75,8 +75,8 @@ def _unfolded_conv(lw, node, x, x_shape, weight, w_shape, bias, stride, padding,
                 first * c * kd * hw + j * hw, [do * c * kd * hw, c * kd * hw, kd * hw, 1])
     planes = lw.g.add_tensor(dtype(node), (n * do, c_out, ho, wo), name=f"{node.name}_planes")
     _conv2d(lw, lw.g.add_alias(unfold, (n * do, c * kd, h, w)),
-            _weight_2d(lw, node, weight, (c_out, c_g * kd, kh, kw)), bias, planes, n * do, c * kd, h, w,
-            c_out, kh, kw, stride[1:], padding[1:], dilation[1:], groups, ho, wo)
+            _weight_2d(lw, node, weight, (c_out, c_g * kd, kh, kw)), bias, planes, n * do,
+            c * kd, h, w, c_out, kh, kw, stride[1:], padding[1:], dilation[1:], groups, ho, wo)
     if do == 1:
         return lw.g.add_alias(planes, shape(node), name=node.name)
     out = lw.new(node)
@@ -92,15 +92,16 @@ def _weight_2d(lw, node, weight, shape_2d):
     return lw.g.add_alias(weight, shape_2d)
 
 
-def _spread(lw, node, x, x_shape, stride, lows, highs):
-    """x [N, C, D, H, W] spread `stride` apart into a zero-filled buffer with `lows` / `highs`
-    elements before / after along each spatial axis (a negative one crops). Returns the buffer
-    and its shape."""
+def spread(lw, x, x_shape, stride, lows, highs, out_dtype, name):
+    """x [N, C, *spatial] spread `stride` apart into a zero-filled buffer with `lows` / `highs`
+    elements before / after along each spatial axis (a negative one crops): a transposed
+    convolution's input, 2-D (spatial._transposed) or 3-D. Returns the buffer and its shape."""
     n, c = x_shape[:2]
     spatial = x_shape[2:]
     extents = [(i - 1) * s + 1 + lo + hi for i, s, lo, hi in zip(spatial, stride, lows, highs)]
-    buffer = lw.g.add_tensor(dtype(node), (n, c, *extents), name=f"{node.name}_spread")
+    buffer = lw.g.add_tensor(out_dtype, (n, c, *extents), name=f"{name}_spread")
     lw.g.add_op(Opcode.FILL, out=buffer, value=0.0)
+    # The input positions i that land inside the buffer, at lo + i * s.
     first = [max(0, -(lo // s)) for lo, s in zip(lows, stride)]
     last = [min(i - 1, (e - 1 - lo) // s) for i, e, lo, s in zip(spatial, extents, lows, stride)]
     counts = [b - a + 1 for a, b in zip(first, last)]
@@ -114,6 +115,15 @@ def _spread(lw, node, x, x_shape, stride, lows, highs):
     return buffer, (n, c, *extents)
 
 
+def transposed_weight(weight, groups):
+    """A transposed convolution's constant weight [C_in, C_out / groups, *k] as the weight of the
+    equivalent convolution: [C_out, C_in / groups, *k], input and output channels swapped per
+    group and the window flipped."""
+    c_in, c_g, *k = weight.shape
+    w = weight.reshape(groups, c_in // groups, c_g, *k).transpose(1, 2)
+    return w.flip(tuple(range(3, 3 + len(k)))).reshape(groups * c_g, c_in // groups, *k)
+
+
 def convolution3d(lw, node):
     """aten.convolution of rank-5 operands (spatial.py's _convolution hands them here)."""
     args = arguments(node)
@@ -124,14 +134,13 @@ def convolution3d(lw, node):
         w = lw.const[weight] if weight in lw.const else lw.tensor(weight)
         return _unfolded_conv(lw, node, lw.tensor(x), shape(x), w, shape(weight), bias, stride,
                               padding, dilation, groups)
-    c_in, c_g, *k = shape(weight)
-    w = lw.const[weight].reshape(groups, c_in // groups, c_g, *k)
-    flipped = w.transpose(1, 2).flip(3, 4, 5).reshape(groups * c_g, c_in // groups, *k)
-    lows = [dl * (kk - 1) - p for dl, kk, p in zip(dilation, k, padding)]
+    flipped = transposed_weight(lw.const[weight], groups)
+    lows = [dl * (kk - 1) - p for dl, kk, p in zip(dilation, shape(weight)[2:], padding)]
     highs = [lo + q for lo, q in zip(lows, _triple(args["output_padding"]))]
-    buffer, b_shape = _spread(lw, node, lw.tensor(x), shape(x), stride, lows, highs)
-    return _unfolded_conv(lw, node, buffer, b_shape, flipped, tuple(flipped.shape), bias, (1, 1, 1),
-                          (0, 0, 0), dilation, groups)
+    buffer, b_shape = spread(lw, lw.tensor(x), shape(x), stride, lows, highs, dtype(node),
+                             node.name)
+    return _unfolded_conv(lw, node, buffer, b_shape, flipped, tuple(flipped.shape), bias,
+                          (1, 1, 1), (0, 0, 0), dilation, groups)
 
 
 # Pooling.
