@@ -114,5 +114,7 @@ enum class Opcode : uint32_t { KILN_OPCODES(KILN_ENUMERATOR) };
 inline constexpr uint32_t kMaxFusedInputs = 8;
 inline constexpr uint32_t kMaxFusedInstrs = 16;
 inline constexpr uint32_t kFusedInstrWidth = 8;
+/// The most index tensors one kScatter reads (index_put's advanced indices).
+inline constexpr uint32_t kMaxScatterIndices = 4;
 
 }  // namespace kiln::engine::blob

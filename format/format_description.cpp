@@ -124,6 +124,7 @@ std::string build() {
   j += ", \"max_fused_inputs\": " + std::to_string(kMaxFusedInputs);
   j += ", \"max_fused_instrs\": " + std::to_string(kMaxFusedInstrs);
   j += ", \"fused_instr_width\": " + std::to_string(kFusedInstrWidth);
+  j += ", \"max_scatter_indices\": " + std::to_string(kMaxScatterIndices);
   j +=
       ", \"vset\": {\"magic\": " + quoted(std::string(vset::kMagic, sizeof(vset::kMagic)).c_str()) +
       ", \"format_version\": " + std::to_string(vset::kFormatVersion) +

@@ -83,6 +83,22 @@ struct FusedElementwiseArgs {
   FusedInstr instrs[blob::kMaxFusedInstrs];
 };
 
+// kScatter (custom): per-index arrays from its index lists.
+struct ScatterArgs {
+  int64_t values;
+  int64_t out;
+  uint32_t rank;
+  int64_t sizes[blob::kMaxRank];
+  int64_t out_strides[blob::kMaxRank];
+  int64_t values_strides[blob::kMaxRank];
+  uint32_t num_indices;
+  int64_t indices[blob::kMaxScatterIndices];
+  int64_t index_strides[blob::kMaxScatterIndices][blob::kMaxRank];
+  int64_t index_out_strides[blob::kMaxScatterIndices];
+  int64_t dim_sizes[blob::kMaxScatterIndices];
+  uint32_t accumulate;
+};
+
 template <typename Ignored, typename... Args>
 using VariantOfArgs = std::variant<Args...>;
 #define KILN_ARGS_TYPE(Name, code, snake, args) , Name##Args

@@ -319,6 +319,48 @@ void check(OpDecoder& d, const GatherArgs& a) {
   d.check_extent("x", a.x, a.rank + 1, sizes, 0, strides);
 }
 
+// kScatter: per-index arrays from the indices / index_strides / index_out_strides / dim_sizes
+// lists.
+void fill(OpDecoder& d, ScatterArgs& a) {
+  a.values = d.value(KILN_FIELD(Scatter, "values"));
+  a.out = d.value(KILN_FIELD(Scatter, "out"));
+  a.rank = static_cast<uint32_t>(d.value(KILN_FIELD(Scatter, "rank")));
+  d.copy_list(KILN_FIELD(Scatter, "sizes"), a.sizes);
+  d.copy_list(KILN_FIELD(Scatter, "out_strides"), a.out_strides);
+  d.copy_list(KILN_FIELD(Scatter, "values_strides"), a.values_strides);
+  a.num_indices = static_cast<uint32_t>(d.value(KILN_FIELD(Scatter, "num_indices")));
+  const int64_t* indices = d.list(KILN_FIELD(Scatter, "indices"));
+  const int64_t* strides = d.list(KILN_FIELD(Scatter, "index_strides"));
+  const int64_t* out_strides = d.list(KILN_FIELD(Scatter, "index_out_strides"));
+  const int64_t* dim_sizes = d.list(KILN_FIELD(Scatter, "dim_sizes"));
+  for (uint32_t k = 0; k < a.num_indices; ++k) {
+    a.indices[k] = indices[k];
+    for (uint32_t e = 0; e < a.rank; ++e) a.index_strides[k][e] = strides[k * a.rank + e];
+    a.index_out_strides[k] = out_strides[k];
+    a.dim_sizes[k] = dim_sizes[k];
+  }
+  a.accumulate = static_cast<uint32_t>(d.value(KILN_FIELD(Scatter, "accumulate")));
+}
+
+void check(OpDecoder& d, const ScatterArgs& a) {
+  table_checks(d, a);
+  d.check_extent("values", a.values, a.rank, a.sizes, 0, a.values_strides);
+  // out is written over `sizes` plus one axis per index: every in-range position is one of these.
+  int64_t sizes[blob::kMaxRank + blob::kMaxScatterIndices];
+  int64_t strides[blob::kMaxRank + blob::kMaxScatterIndices];
+  for (uint32_t e = 0; e < a.rank; ++e) {
+    sizes[e] = a.sizes[e];
+    strides[e] = a.out_strides[e];
+  }
+  for (uint32_t k = 0; k < a.num_indices && d.ok(); ++k) {
+    d.require_class(a.indices[k], "an index", blob::DTypeClass::kIndex);
+    d.check_extent("an index", a.indices[k], a.rank, a.sizes, 0, a.index_strides[k]);
+    sizes[a.rank + k] = a.dim_sizes[k];
+    strides[a.rank + k] = a.index_out_strides[k];
+  }
+  d.check_extent("out", a.out, a.rank + a.num_indices, sizes, 0, strides);
+}
+
 void check(OpDecoder& d, const EmbeddingBagArgs& a) {
   table_checks(d, a);
   if (d.ok() && a.num_bags != a.num_offsets && a.num_bags + 1 != a.num_offsets) {

@@ -399,8 +399,10 @@ void check(OpDecoder& d, const GatherArgs& a);
 void check(OpDecoder& d, const EmbeddingBagArgs& a);
 void check(OpDecoder& d, const RopeArgs& a);
 void check(OpDecoder& d, const QuantMatmulArgs& a);
+void check(OpDecoder& d, const ScatterArgs& a);
 
 /// Fills the Args struct of a `custom` op (op_table.def) from its decoded fields.
 void fill(OpDecoder& d, FusedElementwiseArgs& a);
+void fill(OpDecoder& d, ScatterArgs& a);
 
 }  // namespace kiln::engine::op_decoder

@@ -314,6 +314,15 @@ Error CudaEngine::range_error() const {
                 "the index tensor) is outside [-%lld, %lld); zeros were written in its place",
                 op, flag.index, flag.position, size, size);
   }
+  if (op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kScatter) {
+    const auto& a = std::get<ScatterArgs>(graph_.ops[op].args);
+    const long long size =
+        flag.tensor >= 0 && flag.tensor < a.num_indices ? a.dim_sizes[flag.tensor] : -1;
+    return fail(nullptr, Error::InvalidArgument,
+                "Kiln engine: op %zu (index_put): index out of range: index %lld (element %lld "
+                "of index tensor %lld) is outside [-%lld, %lld); that element was not written",
+                op, flag.index, flag.position, flag.tensor, size, size);
+  }
   if (op < graph_.ops.size() && graph_.ops[op].opcode == blob::Opcode::kEmbeddingBag) {
     const auto& a = std::get<EmbeddingBagArgs>(graph_.ops[op].args);
     if (flag.position < 0) {

@@ -19,12 +19,13 @@
 
 namespace kiln::engine {
 
-/// Device-side record of the first out-of-range embedding index of a run. The executor clears it
-/// before the ops run and reads it back afterwards.
+/// Device-side record of the first out-of-range index of a run (embedding, gather, index_put...).
+/// The executor clears it before the ops run and reads it back afterwards.
 struct DeviceErrorFlag {
   unsigned long long op_plus_one;  // 0: no error; otherwise the failing op's index + 1
   long long index;                 // the offending index value
   long long position;              // where it sits in the indices tensor
+  long long tensor;                // which of the op's index tensors (kScatter's indices[k])
 };
 
 /// What a step may use while it is being prepared.

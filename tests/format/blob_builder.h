@@ -203,6 +203,24 @@ class BlobBuilder {
     op(blob::Opcode::kGather, v);
   }
 
+  // index_strides holds num_indices * rank strides, index k's at [k * rank, (k + 1) * rank).
+  void scatter(int64_t values, int64_t out, const Sizes& sizes, const Sizes& out_strides,
+               const Sizes& values_strides, const std::vector<int64_t>& indices,
+               const Sizes& index_strides, const Sizes& index_out_strides,
+               const Sizes& dim_sizes, bool accumulate) {
+    std::vector<int64_t> v = {values, out, static_cast<int64_t>(sizes.size())};
+    append(v, sizes);
+    append(v, out_strides);
+    append(v, values_strides);
+    v.push_back(static_cast<int64_t>(indices.size()));
+    append(v, indices);
+    append(v, index_strides);
+    append(v, index_out_strides);
+    append(v, dim_sizes);
+    v.push_back(accumulate ? 1 : 0);
+    op(blob::Opcode::kScatter, v);
+  }
+
   void rope(int64_t x, int64_t cos, int64_t sin, int64_t out, const Sizes& sizes,
             int64_t x_offset, const Sizes& x_strides, int64_t cos_offset, const Sizes& cos_strides,
             int64_t sin_offset, const Sizes& sin_strides) {

@@ -296,5 +296,37 @@ TEST(BlobReader, QuantMatmulWeightAndScalesMustMatchTheShape) {
   EXPECT_TRUE(read_blob(bytes.data(), bytes.size(), &why).ok()) << why;
 }
 
+// kScatter (index_put): the write stays inside out for every in-range index, the indices are
+// integers, and there are 1..kMaxScatterIndices of them.
+TEST(BlobReader, ScatterChecksItsIndicesAndWhereItWrites) {
+  enum class Bad { kNothing, kDimSize, kIndexDtype, kIndexExtent, kIndexCount };
+  auto blob = [](Bad bad) {
+    BlobBuilder b;
+    const int64_t x = b.input(DType::kFloat32, {4, 5});
+    const int64_t v = b.input(DType::kFloat32, {3});
+    const int64_t i = b.input(bad == Bad::kIndexDtype ? DType::kFloat32 : DType::kInt64, {3});
+    const int64_t j = b.input(DType::kInt32, {bad == Bad::kIndexExtent ? int64_t{2} : 3});
+    const int64_t out = b.output(DType::kFloat32, {4, 5});
+    b.copy(x, out, {20}, 0, {1}, 0, {1});
+    const int64_t dim0 = bad == Bad::kDimSize ? 5 : 4;
+    if (bad == Bad::kIndexCount) {
+      b.scatter(v, out, {3}, {0}, {1}, {}, {}, {}, {}, false);
+    } else {
+      b.scatter(v, out, {3}, {0}, {1}, {i, j}, {1, 1}, {5, 1}, {dim0, 5}, true);
+    }
+    return b.build();
+  };
+  std::string why;
+  const Bytes good = blob(Bad::kNothing);
+  EXPECT_TRUE(read_blob(good.data(), good.size(), &why).ok()) << why;
+  EXPECT_TRUE(fails_with(blob(Bad::kDimSize), Error::InvalidProgram,
+                         "out (tensor 4, 20 elements) is addressed at element offsets [0, 24]"));
+  EXPECT_TRUE(fails_with(blob(Bad::kIndexDtype), Error::InvalidProgram,
+                         "an index (tensor 2) is Float32, expected Int64 or Int32"));
+  EXPECT_TRUE(fails_with(blob(Bad::kIndexExtent), Error::InvalidProgram,
+                         "an index (tensor 3, 2 elements) is addressed"));
+  EXPECT_TRUE(fails_with(blob(Bad::kIndexCount), Error::InvalidProgram, "num_indices"));
+}
+
 }  // namespace
 }  // namespace kiln::engine

@@ -213,6 +213,13 @@ inline std::vector<int64_t> reads(const FusedElementwiseArgs& a) {
   return {a.inputs, a.inputs + (a.num_inputs < blob::kMaxFusedInputs ? a.num_inputs
                                                                      : blob::kMaxFusedInputs)};
 }
+inline std::vector<int64_t> reads(const ScatterArgs& a) {
+  std::vector<int64_t> ids = {a.values};
+  ids.insert(ids.end(), a.indices, a.indices + (a.num_indices < blob::kMaxScatterIndices
+                                                    ? a.num_indices
+                                                    : blob::kMaxScatterIndices));
+  return ids;
+}
 
 /// Empty when `g` (returned by read_blob for the `size` bytes at `data`) keeps graph.h's promise;
 /// otherwise one sentence naming the first violation.
@@ -425,6 +432,31 @@ inline std::string check_graph_contract(const Graph& g, const uint8_t* data, siz
       c.numel(a->out, product({a->outer, a->dim_size, a->inner}), "index_put out numel");
       c.numel(a->values, product({a->outer, a->num_positions, a->inner}), "index_put values numel");
       c.numel(a->positions, product({a->num_positions}), "index_put positions numel");
+    } else if (const auto* a = std::get_if<ScatterArgs>(&op.args)) {
+      if (a->rank > blob::kMaxRank || a->num_indices < 1 ||
+          a->num_indices > blob::kMaxScatterIndices) {
+        c.violated("scatter rank or index count", a->rank, a->num_indices);
+        break;
+      }
+      c.extent(a->values, a->rank, a->sizes, 0, a->values_strides,
+               "scatter reads values out of range");
+      int64_t sizes[blob::kMaxRank + blob::kMaxScatterIndices];
+      int64_t strides[blob::kMaxRank + blob::kMaxScatterIndices];
+      for (uint32_t d = 0; d < a->rank; ++d) {
+        sizes[d] = a->sizes[d];
+        strides[d] = a->out_strides[d];
+      }
+      for (uint32_t k = 0; k < a->num_indices && c.ok(); ++k) {
+        c.extent(a->indices[k], a->rank, a->sizes, 0, a->index_strides[k],
+                 "scatter reads an index out of range");
+        if (c.ok() && c.t(a->indices[k]).dtype != blob::DType::kInt64 &&
+            c.t(a->indices[k]).dtype != blob::DType::kInt32) {
+          c.violated("scatter indices are not integers");
+        }
+        sizes[a->rank + k] = a->dim_sizes[k];
+        strides[a->rank + k] = a->index_out_strides[k];
+      }
+      c.extent(a->out, a->rank + a->num_indices, sizes, 0, strides, "scatter writes out of range");
     } else if (const auto* a = std::get_if<Pool2dArgs>(&op.args)) {
       c.numel(a->x, product({a->n, a->c, a->h, a->w}), "pool2d x numel");
       c.numel(a->out, product({a->n, a->c, a->h_out, a->w_out}), "pool2d out numel");

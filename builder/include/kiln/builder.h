@@ -133,7 +133,8 @@ int kiln_builder_build_variant_set(const void* const* irs, const size_t* ir_size
  * valid while it is loaded; do not free it): everything format/blob_format.h, format/op_table.def
  * and format/variant_set.h define, so a binding in another language derives its mirror from it.
  *   "magic", "format_version", "header_size", "max_rank", "weight_alignment",
- *   "flag_external_weights", "max_fused_inputs", "max_fused_instrs", "fused_instr_width": numbers
+ *   "flag_external_weights", "max_fused_inputs", "max_fused_instrs", "fused_instr_width",
+ *   "max_scatter_indices": numbers
  *   (the magic a string); "vset": the variant set's magic, format_version, header_size,
  *   max_variants, max_inputs, blob_alignment;
  *   "dtypes": [[name ("Float32"), ScalarType code, element size, floating], ...];

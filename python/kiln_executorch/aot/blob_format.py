@@ -111,6 +111,7 @@ for _e in (DType, Opcode, Storage, Precision, BinaryKind, UnaryKind, FusedForm, 
 MAX_FUSED_INPUTS = _FORMAT["max_fused_inputs"]
 MAX_FUSED_INSTRS = _FORMAT["max_fused_instrs"]
 FUSED_INSTR_WIDTH = _FORMAT["fused_instr_width"]
+MAX_SCATTER_INDICES = _FORMAT["max_scatter_indices"]
 
 
 def _layout_entry(field):
