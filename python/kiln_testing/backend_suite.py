@@ -130,10 +130,12 @@ class KilnTester(Tester):
 
     def _stage(self, inputs, reference):
         """The saved program, its inputs and eager's outputs, for the GPU check."""
+        # The method takes the inputs' leaves in order (a tuple of index tensors is flattened).
+        leaves = torch.utils._pytree.tree_leaves(tuple(inputs))
         tensors = _tensors(inputs) + _tensors(reference)
-        if any(t.dtype not in NUMPY for t in tensors) or \
-                len(_tensors(inputs)) != len(inputs):
+        if any(t.dtype not in NUMPY for t in tensors) or len(_tensors(inputs)) != len(leaves):
             return  # not stageable as raw files (the results line says so: no "staged")
+        inputs = leaves
         name = _State.case
         (_State.out / f"{name}.pte").write_bytes(self.stages[StageType.SERIALIZE].artifact)
         _State.manifest.append({

@@ -88,7 +88,9 @@ def _interpret(program, inputs, run_delegate, who):
     """Runs `program`'s graph with torch, each KilnBackend delegate call through
     run_delegate(index, payload, operands) (index: the call's position in graph order); returns
     the user outputs (buffer updates are left out)."""
-    args, user_inputs = [], iter(inputs)
+    # The program's user inputs are the leaves of the call's (possibly nested) inputs, e.g. the
+    # tuple of index tensors of index_put(x, (i, j), v).
+    args, user_inputs = [], iter(torch.utils._pytree.tree_leaves(tuple(inputs)))
     for spec in program.graph_signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
             args.append(next(user_inputs))

@@ -1,5 +1,5 @@
 """Reference semantics of the row-wise opcodes: kSoftmax, kLayerNorm, kReduce, kCumsum,
-kEmbedding, kEmbeddingBag, kIndexPut (the state write) and kGather."""
+kEmbedding, kEmbeddingBag, kIndexPut (the state write), kGather and kScatter."""
 
 import torch
 
@@ -112,3 +112,27 @@ def _gather(m, x, index, out, rank, sizes, x_strides, index_strides, index_strid
                                  f"{dim_size})")
     i = torch.where(i < 0, i + dim_size, i)
     m.write(out, None, m.gather(x, strided_index(sizes, x_strides) + i * index_stride))
+
+
+@semantics(Opcode.SCATTER)
+def _scatter(m, values, out, rank, sizes, out_strides, values_strides, num_indices, indices,
+             index_strides, index_out_strides, dim_sizes, accumulate):
+    at = strided_index(sizes, out_strides)
+    for k in range(num_indices):
+        n = dim_sizes[k]
+        i = m.gather(indices[k], strided_index(sizes, index_strides[k * rank:(k + 1) * rank]))
+        i = i.to(torch.int64)
+        bad = (i < -n) | (i >= n)
+        if bool(bad.any()):
+            raise BlobExecutionError(f"index_put index {int(i[bad][0])} outside [-{n}, {n})")
+        at = at + torch.where(i < 0, i + n, i) * index_out_strides[k]
+    v = m.gather(values, strided_index(sizes, values_strides))
+    if not accumulate:
+        m.write(out, at, v)
+        return
+    floating = m.g.tensors[out].dtype.is_floating_point
+    total = m.read(out).to(m.fp if floating else torch.int64)
+    total.index_put_((at,), v.to(total.dtype), accumulate=True)
+    if m.g.tensors[out].dtype == torch.bool:
+        total = total != 0
+    m.write(out, None, total)

@@ -193,6 +193,24 @@ CASES = {
     "index_int_table": (lambda m, t, i: t[i] + 1, (randint(50, 7), randint(7, 3, 2))),
     "index_constant_two_tensors": (lambda m, x: x + torch.arange(20).reshape(4, 5)[
         torch.arange(4)[:, None], torch.arange(5)[None]], (x45,)),
+    # index_put on any tensor but owned state: a copy, then a kScatter reading the index tensors
+    # on the device (negative ones count from the end; accumulate adds every duplicate).
+    "index_put_rows": (lambda m, x, i, v: torch.index_put(x * 2, (i,), v) + 1,
+                       (randn(5, 3), torch.tensor([0, -1, 2]), randn(3, 3))),
+    "index_put_accumulate_duplicates": (
+        lambda m, x, i, v: torch.index_put(x, (i,), v, accumulate=True),
+        (randn(5, 2), torch.tensor([1, 1, 3, -4]), randn(4, 2))),
+    "index_put_two_indices_broadcast": (
+        lambda m, x, i, j, v: torch.index_put(x, (i, j), v),
+        (randn(4, 5, 3), torch.tensor([[0], [3]]), torch.tensor([1, 3, -5]), randn(3))),
+    "index_put_indices_apart": (
+        lambda m, x, i, j, v: torch.ops.aten.index_put(x, [i, None, j], v, True),
+        (randn(4, 3, 5), torch.tensor([0, 3]), torch.tensor([-1, 2]), randn(2, 3))),
+    "index_put_int_accumulate_int32_index": (
+        lambda m, t, i, v: torch.index_put(t, (i,), v, accumulate=True) * 2,
+        (randint(50, 6), torch.tensor([5, 0, 5], dtype=torch.int32), randint(9, 3))),
+    "index_put_in_place_on_a_clone": (lambda m, x, i, v: x.clone().index_put_((i,), v) * 3,
+                                      (randn(4, 2), torch.tensor([3, 1]), randn(2))),
     # Movement: split, flip, roll, padding, as_strided, slice_scatter, copy (kCopy, kFill).
     "split_with_sizes": (lambda m, x: torch.cat(x.split([2, 3], dim=1)[::-1], 1) * 2, (x45,)),
     "chunk": (lambda m, x: x.chunk(2, dim=0)[1] - x.chunk(2, dim=0)[0], (x45,)),
@@ -535,6 +553,13 @@ def refused(found, op):
      "one floating dtype required"),
     (lambda m, x, i, j: x[i, j], (x45, randint(4, 3), randint(5, 3)), "aten.index.Tensor",
      "index with 2 index tensors on values computed at run time"),
+    (lambda m, x, i, v: torch.index_put(x, (i > 0,), v), (x45, randint(3, 4), randn(1)),
+     "aten.index_put.default", "a Bool mask writes a data-dependent set of elements"),
+    (lambda m, x, v: torch.index_put(x, (torch.tensor([0]),) * 5, v),
+     (randn(2, 2, 2, 2, 2), randn(1)), "aten.index_put.default",
+     "index_put with 5 index tensors (Kiln scatters with at most 4)"),
+    (lambda m, x, i, v: torch.index_put(x, (i,), v), (x45, randint(4, 2), randn(3, 5)),
+     "aten.index_put.default", "values of shape [3, 5] do not broadcast to the indexed shape"),
     (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
      "input_scale"),
     (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
@@ -585,7 +610,7 @@ def test_an_excluded_name_that_is_no_operator_is_an_error():
         KilnPartitioner(exclude_ops=["aten.cos.no_such_overload"])
 
 
-def test_index_put_is_claimed_only_as_an_in_place_buffer_update():
+def test_index_put_into_a_buffer_is_claimed_only_as_an_in_place_update():
     class Cache(nn.Module):
         def __init__(self, accumulate=False):
             super().__init__()
@@ -604,11 +629,10 @@ def test_index_put_is_claimed_only_as_an_in_place_buffer_update():
     assert refused(found, "aten.mul.Tensor") == []
     found = decisions(Cache(accumulate=True), (randn(1, 5), torch.tensor([2])))
     assert "accumulate=True" in refused(found, "aten.index_put.default")[0]
-    # A functional index_put on a user tensor is not program state: ExecuTorch keeps it.
-    found = decisions(Fn(lambda m, t, x, pos: torch.index_put(t, (pos,), x)),
+    # A functional index_put on a user tensor is not program state: a copy and a kScatter.
+    found = decisions(Fn(lambda m, t, x, pos: torch.index_put(t, (pos,), x, accumulate=True)),
                       (randn(4, 5), randn(1, 5), torch.tensor([2])))
-    assert "not the new value of the program buffer" in \
-        refused(found, "aten.index_put.default")[0]
+    assert refused(found, "aten.index_put.default") == []
 
 
 def test_bounded_symbolic_shapes_are_claimed():

@@ -1,13 +1,15 @@
-"""Reads at indices held in a tensor: gather, index_select and index (advanced indexing with one
-index tensor) are kGather, which reads the Int64 / Int32 indices on the device at run time (a
-negative index counts from the end; one out of range is an execution error, never a crash).
+"""Reads and writes at indices held in tensors. gather, index_select and index (advanced
+indexing with one index tensor) are kGather, which reads the Int64 / Int32 indices on the device
+at run time (a negative index counts from the end; one out of range is an execution error, never
+a crash).
 Indexing whose operands are all known ahead of time (the masks and position tables HF models
-build from arange) is evaluated by the lowering instead, whatever the number of index tensors."""
+build from arange) is evaluated by the lowering instead, whatever the number of index tensors.
+index_put (accumulate too, up to MAX_SCATTER_INDICES index tensors) is a copy and a kScatter."""
 
 import torch
 
-from ..blob_format import Opcode
-from .common import INT, arguments, contiguous_strides, dtype, shape, wrap_dim
+from ..blob_format import MAX_SCATTER_INDICES, Opcode
+from .common import INT, arguments, broadcast_strides, contiguous_strides, dtype, shape, wrap_dim
 from .registry import Family
 
 aten = torch.ops.aten
@@ -116,3 +118,85 @@ def _index(lw, node):
     x_strides = xs[:axis] + [0] * b + xs[axis + 1:]
     index_strides = [0] * axis + contiguous_strides(index_shape) + [0] * (len(xs) - axis - 1)
     return gather_op(lw, node, x, index, x_strides, index_strides, axis)
+
+
+# Writes at indices held in tensors: index_put (accumulate too) on any tensor but the program
+# state Kiln owns (ops/state.py's kIndexPut) is a copy of its input into a new tensor and one
+# kScatter into that copy.
+
+def put_check(node):
+    """Why Kiln cannot run this index_put as a kCopy and a kScatter, or None."""
+    args = arguments(node)
+    x, indices, values = args["self"], list(args["indices"]), args["values"]
+    given = [i for i in indices if i is not None]
+    if not shape(x):
+        return "index_put into a 0-d tensor"
+    if not given:
+        return "index_put with no index tensor"
+    if not isinstance(values, torch.fx.Node):
+        return f"values {values!r} is not a tensor"
+    if dtype(values) != dtype(x):
+        return f"values dtype {dtype(values)} differs from the input's {dtype(x)}"
+    for i in given:
+        if not isinstance(i, torch.fx.Node):
+            return f"index {i!r} is not a tensor"
+        if dtype(i) not in INT:
+            return f"index dtype {dtype(i)} (a Bool mask writes a data-dependent set of " \
+                   "elements; Kiln scatters with Int64 or Int32 indices)"
+    if len(given) > MAX_SCATTER_INDICES:
+        return f"index_put with {len(given)} index tensors (Kiln scatters with at most " \
+               f"{MAX_SCATTER_INDICES})"
+    try:
+        walked = tuple(_put_layout(node)[0])
+    except RuntimeError:
+        return "index tensors of shapes " \
+               f"{[list(shape(i)) for i in given]} do not broadcast together"
+    try:
+        fits = torch.broadcast_shapes(tuple(shape(values)), walked) == walked
+    except RuntimeError:
+        fits = False
+    if not fits:
+        return f"values of shape {list(shape(values))} do not broadcast to the indexed " \
+               f"shape {list(walked)}"
+    return None
+
+
+def _put_layout(node):
+    """The indexed shape of index_put (what values broadcast to), and for each of its dims the
+    input dim it walks (an int) or the position in the broadcast index shape (("b", j))."""
+    args = arguments(node)
+    sizes, indices = list(shape(args["self"])), list(args["indices"])
+    indices += [None] * (len(sizes) - len(indices))
+    axes = [d for d, i in enumerate(indices) if i is not None]
+    b = torch.broadcast_shapes(*(tuple(shape(indices[d])) for d in axes))
+    rest = [d for d in range(len(sizes)) if indices[d] is None]
+    broadcast = [("b", j) for j in range(len(b))]
+    if axes == list(range(axes[0], axes[-1] + 1)):   # adjacent: the index dims stay in place
+        dims = [d for d in rest if d < axes[0]] + broadcast + [d for d in rest if d > axes[0]]
+    else:                                             # apart: they go first (numpy's rule)
+        dims = broadcast + rest
+    walked = [sizes[d] if isinstance(d, int) else b[d[1]] for d in dims]
+    return walked, dims, axes, tuple(b)
+
+
+def put(lw, node):
+    """index_put as a copy of the input into the node's value, then one kScatter into it."""
+    args = arguments(node)
+    x, values = args["self"], args["values"]
+    sizes = list(shape(x))
+    strides = contiguous_strides(sizes)
+    out = lw.new(node)
+    lw.copy(lw.tensor(x), out, sizes, 0, strides, 0, strides)
+    walked, dims, axes, b = _put_layout(node)
+    out_strides = [strides[d] if isinstance(d, int) else 0 for d in dims]
+    index_strides = []
+    for d in axes:
+        own = broadcast_strides(shape(args["indices"][d]), b)
+        index_strides += [0 if isinstance(e, int) else own[e[1]] for e in dims]
+    lw.g.add_op(Opcode.SCATTER, values=lw.tensor(values), out=out, rank=len(walked),
+                sizes=walked, out_strides=out_strides,
+                values_strides=broadcast_strides(shape(values), walked),
+                num_indices=len(axes), indices=[lw.tensor(args["indices"][d]) for d in axes],
+                index_strides=index_strides, index_out_strides=[strides[d] for d in axes],
+                dim_sizes=[sizes[d] for d in axes], accumulate=int(bool(args["accumulate"])))
+    return out

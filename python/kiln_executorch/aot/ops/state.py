@@ -1,12 +1,14 @@
 """Writes into program state: mutated buffers the delegate owns (e.g. a KV cache), updated in
-place by kIndexPut. The copy_ that writes state back after the graph is refused on purpose."""
+place by kIndexPut. The copy_ that writes state back after the graph is refused on purpose.
+Every other index_put (one whose result is not a buffer's new value) is indexing.put's."""
 
 import math
 
 import torch
 
 from ..blob_format import Opcode, Storage
-from .common import INT, KilnLoweringError, arguments, dtype, shape, val
+from . import indexing
+from .common import INT, arguments, dtype, shape, val
 from .registry import STATE_UPDATE, Family
 
 aten = torch.ops.aten
@@ -19,12 +21,15 @@ def _index_put_check(node, ctx):
     state on the device (the partitioner tags it into the partition)."""
     args = arguments(node)
     state, indices, values = args["self"], args["indices"], args["values"]
-    if args["accumulate"]:
-        return "index_put with accumulate=True (Kiln replaces rows, it does not add to them)"
     update = getattr(ctx, "buffer_update", None)
     if update is None or update(state) is not node:
-        return ("index_put whose result is not the new value of the program buffer it indexes: "
-                "Kiln runs index_put only as an in-place state update (e.g. a KV cache)")
+        if node in getattr(ctx, "updates", {}).values():
+            return ("index_put computing a program buffer's new value from another tensor: "
+                    "Kiln updates a buffer it owns only in place (index_put into the buffer)")
+        return indexing.put_check(node)
+    if args["accumulate"]:
+        return "index_put with accumulate=True into a program buffer (Kiln replaces the " \
+               "rows of state it owns, it does not add to them)"
     if len(state.users) != 1:
         return (f"buffer {state.name} is also read before its update; Kiln writes it in place, so "
                 "every reader must read the updated value")
@@ -50,12 +55,12 @@ def _index_put_check(node, ctx):
 
 @family.lowers(aten.index_put.default, check=_index_put_check, traits=[STATE_UPDATE])
 def _index_put(lw, node):
-    """Writes the rows into the state tensor in place; the node's value is the state."""
+    """Writes the rows into the state tensor in place; the node's value is the state. Into any
+    other tensor (the check admitted it as a general index_put) it is indexing.put."""
     args = arguments(node)
     state = lw.tensor(args["self"])
     if lw.g.tensors[state].storage != Storage.STATE:
-        raise KilnLoweringError(f"{node.name}: index_put into {args['self'].name}, which is not "
-                                "a buffer the delegate owns")
+        return indexing.put(lw, node)
     (dim, positions), = [(d, i) for d, i in enumerate(args["indices"]) if i is not None]
     sizes = shape(args["self"])
     lw.g.add_op(Opcode.INDEX_PUT, values=lw.tensor(args["values"]),
