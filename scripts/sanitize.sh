@@ -45,6 +45,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_err
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/scripts/sanitize-lsan.supp:print_suppressions=0}"
 
+source "$root/scripts/compiler_cache.sh"
 configure=(-S "$root" -B "$build" -G Ninja
   -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja"
   -DCMAKE_BUILD_TYPE="${KILN_ASAN_BUILD_TYPE:-RelWithDebInfo}"

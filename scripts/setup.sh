@@ -47,7 +47,10 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# 2. Configure once; afterwards Ninja re-runs CMake by itself when a CMakeLists changes.
+# 2. Compiler cache (ccache, when installed): see compiler_cache.sh.
+source "$root/scripts/compiler_cache.sh"
+
+# 3. Configure once; afterwards Ninja re-runs CMake by itself when a CMakeLists changes.
 et_cmake=$("$venv/bin/python" -c 'import importlib.util as u; print(list(u.find_spec("executorch").submodule_search_locations)[0] + "/lib/cmake/executorch")') \
   || die "cannot locate the executorch package in $venv"
 [ -f "$et_cmake/executorch-config.cmake" ] || die "the executorch wheel has no CMake package at $et_cmake"
@@ -63,10 +66,10 @@ if [ ! -f "$build/build.ninja" ]; then
     || { rm -f "$build/build.ninja"; die "CMake configure failed (see above)"; }
 fi
 
-# 3. Build.
+# 4. Build.
 "$venv/bin/cmake" --build "$build" || die "build failed (see above)"
 
-# 4. The install tree (the wheel's layout) and the kiln_executorch wheel, installed into the venv
+# 5. The install tree (the wheel's layout) and the kiln_executorch wheel, installed into the venv
 #    beside executorch, so `import kiln_executorch` and find_package(kiln_executorch) work here as
 #    they do for users. The wheel is byte-for-byte reproducible, so an unchanged one is not
 #    reinstalled.
