@@ -130,7 +130,7 @@ class CudaEngine final : public Engine {
   StateSharing sharing_;                // scope and method name; keys in state_keys_
   std::vector<std::string> state_keys_;  // names of the distinct states, in offset order
   int max_blocks_ = 0;
-  bool has_range_checks_ = false;  // embedding, index_put or gather: a DeviceErrorFlag per run
+  bool has_range_checks_ = false;  // ops that read indices on the device: a DeviceErrorFlag per run
   std::unique_ptr<DeviceState> state_;
   uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
   size_t algo_cache_hits_ = 0;

@@ -122,7 +122,8 @@ Error CudaEngine::init() {
   has_range_checks_ = has_opcode(graph_, blob::Opcode::kEmbedding) ||
                       has_opcode(graph_, blob::Opcode::kIndexPut) ||
                       has_opcode(graph_, blob::Opcode::kGather) ||
-                      has_opcode(graph_, blob::Opcode::kEmbeddingBag);
+                      has_opcode(graph_, blob::Opcode::kEmbeddingBag) ||
+                      has_opcode(graph_, blob::Opcode::kScatter);
   if (has_range_checks_) {
     KILN_ASSIGN_OR_RETURN(s->error_flag,
                           DeviceBuffer::allocate(sizeof(DeviceErrorFlag), "the error flag"));

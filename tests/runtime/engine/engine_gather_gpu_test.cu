@@ -125,7 +125,8 @@ TEST_F(EngineGpu, ScatterTwoBroadcastIndicesEveryDtype) {
         }
       }
       expect_output(runs, 0, want, {0, 0},
-                    std::string("index_put ") + dtype_name(dtype) + " by " + dtype_name(index_dtype));
+                    std::string("index_put ") + dtype_name(dtype) + " by " +
+                        dtype_name(index_dtype));
     }
   }
 }
@@ -163,6 +164,32 @@ TEST_F(EngineGpu, ScatterAccumulatesDuplicatePositionsEveryDtype) {
                     std::string("index_put accumulate ") + dtype_name(dtype) + " by " +
                         dtype_name(index_dtype));
     }
+  }
+}
+
+// Replacing writes to one position: the value latest in iteration order wins (torch's CPU),
+// here rows 1 (written by k = 0, 1, 3) and 3, over 4096 repeats of the pattern so that many
+// threads race for each position.
+TEST_F(EngineGpu, ScatterDuplicatePositionsTheLastValueWins) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+    OneOp c;
+    const int64_t n = 4 * 4096;
+    const bool integral = dtype == DType::kInt64;
+    const HostTensor x = integral ? random_int(dtype, {5, 2}, 0, 1000) : random(dtype, {5, 2});
+    const HostTensor values = integral ? random_int(dtype, {n, 2}, 0, 1000) : random(dtype, {n, 2});
+    HostTensor index = random_int(DType::kInt64, {n}, 0, 0);
+    for (int64_t k = 0; k < n; ++k) index.v[k] = (k % 4 == 2) ? 3 : 1;
+    const int64_t xi = c.add_input(x), vi = c.add_input(values), ii = c.add_input(index);
+    const int64_t out = c.b.output(dtype, {5, 2});
+    c.b.copy(xi, out, {10}, 0, {1}, 0, {1});
+    c.b.scatter(vi, out, {n, 2}, {0, 1}, {2, 1}, {ii}, {1, 0}, {2}, {5}, false);
+    const auto runs = run_three_ways(c.b, c.inputs);
+    std::vector<double> want = x.v;
+    for (int64_t e = 0; e < 2; ++e) {
+      want[1 * 2 + e] = values.v[(n - 1) * 2 + e];  // k = n - 1 is the last row-1 write
+      want[3 * 2 + e] = values.v[(n - 2) * 2 + e];  // k = n - 2 the last row-3 one
+    }
+    expect_output(runs, 0, want, {0, 0}, std::string("index_put duplicates ") + dtype_name(dtype));
   }
 }
 

@@ -4,6 +4,7 @@
 // engines of one program share the states they name.
 // Needs a GPU: the `gpu` CTest label keeps it out of CPU-only CI.
 #include "runtime/engine/engine.h"
+#include "runtime/engine/step.h"
 
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -30,7 +31,7 @@ const auto* const kLog = ::testing::AddGlobalTestEnvironment(new testing::LogCap
 
 constexpr int64_t kOuter = 2, kLen = 8, kInner = 4;  // cache [2, 8, 4]
 constexpr int64_t kCache = kOuter * kLen * kInner;
-constexpr size_t kErrorFlagBytes = 24;  // DeviceErrorFlag (step.h), read back after every run
+constexpr size_t kErrorFlagBytes = sizeof(DeviceErrorFlag);  // read back after every run
 
 // cache <- values at pos; out = cache (a copy through a view). Returns the blob.
 std::vector<uint8_t> cache_blob(const std::vector<float>& initial) {
