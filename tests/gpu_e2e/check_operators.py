@@ -34,8 +34,10 @@ def read(directory: Path, spec: dict) -> np.ndarray:
     return load(directory / spec["file"], spec["dtype"]).reshape(spec["shape"])
 
 
-def compare(actual: np.ndarray, expected: np.ndarray, tolerance: float) -> str | None:
-    """None when actual matches expected, else what differs."""
+def compare(actual: np.ndarray, expected: np.ndarray, tolerance: float,
+            errors: list | None = None) -> str | None:
+    """None when actual matches expected, else what differs. The relative error of a floating
+    output (max abs error / max(1, max|expected|)) is appended to `errors` when given."""
     if actual.size != expected.size:
         return f"{actual.size} elements, expected {expected.size}"
     actual = actual.reshape(expected.shape)
@@ -55,15 +57,17 @@ def compare(actual: np.ndarray, expected: np.ndarray, tolerance: float) -> str |
         return None
     scale = max(1.0, float(np.abs(expected[finite]).max()))
     err = float(np.abs(actual[finite].astype(np.float64) - expected[finite]).max())
+    if errors is not None:
+        errors.append(err / scale)
     return None if err <= tolerance * scale else f"max abs error {err:.3g} > {tolerance} * {scale:.3g}"
 
 
-def run_case(runner: Path, directory: Path, case: dict) -> str | None:
+def run_case(runner: Path, directory: Path, case: dict, errors: list | None = None) -> str | None:
     with tempfile.TemporaryDirectory() as tmp:
         command = [str(runner), str(directory / case["program"]), "--output-dir", tmp]
         for i, spec in enumerate(case["inputs"]):
             command += ["--input", f"{i}={directory / spec['file']}"]
-        r = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return f"kiln_runner exit {r.returncode}: {r.stderr.strip()[-400:]}"
         for j, spec in enumerate(case["expected"]):
@@ -71,7 +75,7 @@ def run_case(runner: Path, directory: Path, case: dict) -> str | None:
             if not path.exists():
                 return f"kiln_runner wrote no {path.name}"
             why = compare(load(path, spec["dtype"]), read(directory, spec),
-                          TOLERANCE.get(spec["dtype"], 0.0))
+                          TOLERANCE.get(spec["dtype"], 0.0), errors)
             if why:
                 return f"output {j}: {why}"
     return None
