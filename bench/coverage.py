@@ -6,6 +6,7 @@ outside Kiln (ExecuTorch's CPU kernels), with explain()'s reason for each:
                 [--timeout 900] [--markdown bench/results/coverage.md]
     coverage.py --from-jsonl results.jsonl [--gpu gpu.json] --markdown bench/results/coverage.md
     coverage.py --models hf_gpt2,vgg11 --update bench/results/coverage.md
+    coverage.py --models none --gpu gpu.json --update bench/results/coverage.md [--note TEXT]
 
 The models are bench/coverage_models.py's: every torchvision classification model
 (torchvision.models.list_models(module=torchvision.models)) and small configs of HF transformers
@@ -15,7 +16,8 @@ to --jsonl as it finishes, so a long run can be reported from whatever finished 
 An export failure is listed with its reason, never dropped. --gpu: a JSON {model: relative error}
 from the GPU check, shown in the GPU error column. --update re-measures a few models of a
 committed report: their rows are replaced, every other row keeps its numbers, and the header
-names the re-measured models, the commit and the time.
+names the re-measured models, the commit and the time (--models none: only --gpu's errors
+are merged in, with --note's paragraph).
 """
 from __future__ import annotations
 
@@ -256,7 +258,7 @@ def main() -> int:
                 results.setdefault(name, {"skipped": "not measured: the run stopped first"})
     else:
         names = list(coverage_models.all_models()) if args.models == "all" else \
-            args.models.split(",")
+            [] if args.models == "none" else args.models.split(",")
         done = read_jsonl(args.jsonl) if args.jsonl and args.jsonl.exists() else {}
         results = {}
         for name in names:
@@ -283,9 +285,13 @@ def main() -> int:
         for name in new:
             old_gpu.pop(name, None)
         gpu = {**old_gpu, **(gpu or {})}
-        notes.append(f"Re-measured on {_head()} ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} "
-                     f"UTC): {', '.join(remeasured)}; the other rows are from the runs above."
-                     + (f" {args.note}" if args.note else ""))
+        if remeasured:
+            notes.append(f"Re-measured on {_head()} "
+                         f"({time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC): "
+                         f"{', '.join(remeasured)}; the other rows are from the runs above."
+                         + (f" {args.note}" if args.note else ""))
+        elif args.note:
+            notes.append(args.note)
         results = {**old, **new}
         note = "\n\n".join(notes)
         args.markdown = args.markdown or args.update
