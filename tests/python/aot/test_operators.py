@@ -554,7 +554,7 @@ def refused(found, op):
     (lambda m, x, i, j: x[i, j], (x45, randint(4, 3), randint(5, 3)), "aten.index.Tensor",
      "index with 2 index tensors on values computed at run time"),
     (lambda m, x, i, v: torch.index_put(x, (i > 0,), v), (x45, randint(3, 4), randn(1)),
-     "aten.index_put.default", "a Bool mask writes a data-dependent set of elements"),
+     "aten.index_put.default", "Bool masks write a data-dependent set of elements"),
     (lambda m, x, v: torch.index_put(x, (torch.tensor([0]),) * 5, v),
      (randn(2, 2, 2, 2, 2), randn(1)), "aten.index_put.default",
      "index_put with 5 index tensors (Kiln scatters with at most 4)"),

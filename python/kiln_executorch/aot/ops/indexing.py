@@ -48,15 +48,23 @@ def _index_select_check(node, ctx):
     return _index_dtype(index)
 
 
-def _index_check(node, ctx):
-    indices = arguments(node)["indices"]
-    given = [i for i in indices if i is not None]
+def _index_tensors_check(given, mask_does, kiln_does):
+    """Why the given (non-None) indices of index / index_put are not Int64 / Int32 tensors."""
     for i in given:
         if not isinstance(i, torch.fx.Node):
             return f"index {i!r} is not a tensor"
         if dtype(i) not in INT:
-            return f"index dtype {dtype(i)} (Bool masks select a data-dependent number of " \
-                   "elements; Kiln gathers with Int64 or Int32 indices)"
+            return f"index dtype {dtype(i)} (Bool masks {mask_does}; Kiln {kiln_does} with " \
+                   "Int64 or Int32 indices)"
+    return None
+
+
+def _index_check(node, ctx):
+    indices = arguments(node)["indices"]
+    given = [i for i in indices if i is not None]
+    why = _index_tensors_check(given, "select a data-dependent number of elements", "gathers")
+    if why:
+        return why
     if len(given) != 1 and not _constant(node, ctx):
         return (f"index with {len(given)} index tensors on values computed at run time: Kiln "
                 "gathers along one axis (with constant operands it is evaluated ahead of time)")
@@ -137,12 +145,9 @@ def put_check(node):
         return f"values {values!r} is not a tensor"
     if dtype(values) != dtype(x):
         return f"values dtype {dtype(values)} differs from the input's {dtype(x)}"
-    for i in given:
-        if not isinstance(i, torch.fx.Node):
-            return f"index {i!r} is not a tensor"
-        if dtype(i) not in INT:
-            return f"index dtype {dtype(i)} (a Bool mask writes a data-dependent set of " \
-                   "elements; Kiln scatters with Int64 or Int32 indices)"
+    why = _index_tensors_check(given, "write a data-dependent set of elements", "scatters")
+    if why:
+        return why
     if len(given) > MAX_SCATTER_INDICES:
         return f"index_put with {len(given)} index tensors (Kiln scatters with at most " \
                f"{MAX_SCATTER_INDICES})"
