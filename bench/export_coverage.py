@@ -27,14 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu_e2e"
 from export_operators import save  # noqa: E402  (the staged file format)
 
 
-def stage(name: str, out: Path) -> dict:
-    """Exports one model into `out` and returns its manifest entry (raises on any failure)."""
+def stage(name: str, out: Path, max_params: float | None) -> dict | int:
+    """Exports one model into `out` and returns its manifest entry, or its parameter count when
+    that is over max_params (raises on any failure)."""
     import torch
 
     from kiln_executorch.aot import export, read_delegates, read_operators
 
     torch.manual_seed(0)
     module, inputs = coverage_models.all_models()[name]()
+    params = sum(p.numel() for p in module.parameters())
+    if max_params is not None and params > max_params:
+        return params
     module.eval()
     real_models.regenerate(module)
     pte = out / f"{name}.pte"
@@ -46,25 +50,18 @@ def stage(name: str, out: Path) -> dict:
     with torch.no_grad():
         expected = module(*inputs)
     expected = expected if isinstance(expected, (tuple, list)) else (expected,)
-    return {"case": name, "program": pte.name,
-            "params": sum(p.numel() for p in module.parameters()),
+    return {"case": name, "program": pte.name, "params": params,
             "inputs": [save(x, out / f"{name}_input_{i}.bin") for i, x in enumerate(inputs)],
             "expected": [save(y, out / f"{name}_expected_{j}.bin")
                          for j, y in enumerate(expected)]}
 
 
-def _child(name, out, queue):
+def _child(name, out, max_params, queue):
     try:
-        queue.put(("ok", stage(name, out)))
+        staged = stage(name, out, max_params)
+        queue.put(("ok", staged) if isinstance(staged, dict) else ("too large", staged))
     except Exception as e:  # reported by the parent, which goes on with the next model
         queue.put(("error", f"{type(e).__name__}: {str(e).strip()[:300]}"))
-
-
-def _params(name: str) -> int:
-    import torch
-    torch.manual_seed(0)
-    module, _ = coverage_models.all_models()[name]()
-    return sum(p.numel() for p in module.parameters())
 
 
 def main() -> int:
@@ -88,12 +85,8 @@ def main() -> int:
     for name in names:
         if name in done:
             continue
-        if args.max_params is not None and _params(name) > args.max_params:
-            print(f"export_coverage: {name}: over {args.max_params:.3g} parameters, left out",
-                  flush=True)
-            continue
         queue = context.Queue()
-        child = context.Process(target=_child, args=(name, args.out, queue))
+        child = context.Process(target=_child, args=(name, args.out, args.max_params, queue))
         child.start()
         child.join(args.timeout)
         if child.is_alive():
@@ -102,6 +95,10 @@ def main() -> int:
             print(f"export_coverage: {name}: FAIL over {args.timeout:.0f} s", flush=True)
             continue
         status, value = queue.get() if not queue.empty() else ("error", f"exit {child.exitcode}")
+        if status == "too large":
+            print(f"export_coverage: {name}: {value / 1e6:.1f} M parameters, over "
+                  f"{args.max_params:.3g}: left out", flush=True)
+            continue
         if status != "ok":
             failed.append(name)
             print(f"export_coverage: {name}: FAIL {value}", flush=True)

@@ -132,8 +132,9 @@ class KilnTester(Tester):
         """The saved program, its inputs and eager's outputs, for the GPU check."""
         # The method takes the inputs' leaves in order (a tuple of index tensors is flattened).
         leaves = torch.utils._pytree.tree_leaves(tuple(inputs))
-        tensors = _tensors(inputs) + _tensors(reference)
-        if any(t.dtype not in NUMPY for t in tensors) or len(_tensors(inputs)) != len(leaves):
+        tensors = _tensors(inputs)
+        if any(t.dtype not in NUMPY for t in tensors + _tensors(reference)) or \
+                len(tensors) != len(leaves):
             return  # not stageable as raw files (the results line says so: no "staged")
         inputs = leaves
         name = _State.case

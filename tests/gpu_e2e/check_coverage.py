@@ -9,10 +9,7 @@ Prints one line per model and a closing 'N passed, M failed'; exits non-zero on 
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
-from pathlib import Path
 
 import check_operators  # tests/gpu_e2e/check_operators.py, beside this script
 import e2e_args
@@ -20,21 +17,16 @@ import e2e_args
 
 def main() -> int:
     args = e2e_args.parse(__doc__)
-    cases = json.loads((args.dir / "manifest.json").read_text())
     failed, relative = 0, {}
-    for case in cases:
-        errors = []
-        why = check_operators.run_case(args.runner, args.dir, case, errors)
+    for case, why, errors in check_operators.checked_cases(args):
         failed += why is not None
         relative[case["case"]] = max(errors) if errors else (0.0 if why is None else None)
         error = f" (relative error {relative[case['case']]:.2e})" if errors else ""
         print(f"coverage {case['case']}: {'ok' if why is None else 'FAIL ' + why}{error}",
               flush=True)
-    print(f"coverage: {len(cases) - failed} passed, {failed} failed")
-    if os.environ.get("KILN_E2E_OUT"):
-        Path(os.environ["KILN_E2E_OUT"], "coverage_gpu.json").write_text(
-            json.dumps(relative, indent=1) + "\n")
-    return 1 if failed or not cases else 0
+    print(f"coverage: {len(relative) - failed} passed, {failed} failed")
+    e2e_args.write_results("coverage_gpu.json", relative)
+    return 1 if failed or not relative else 0
 
 
 if __name__ == "__main__":

@@ -81,16 +81,27 @@ def run_case(runner: Path, directory: Path, case: dict, errors: list | None = No
     return None
 
 
+def checked_cases(args):
+    """(case, why, errors) for every case of args.dir's manifest, run through kiln_runner: why is
+    None or what differs (a timeout or an unreadable file is that case's failure), errors the
+    relative errors of its floating outputs."""
+    for case in json.loads((args.dir / "manifest.json").read_text()):
+        errors = []
+        try:
+            why = run_case(args.runner, args.dir, case, errors)
+        except Exception as e:
+            why = f"{type(e).__name__}: {e}"
+        yield case, why, errors
+
+
 def main() -> int:
     args = e2e_args.parse(__doc__)
-    cases = json.loads((args.dir / "manifest.json").read_text())
-    failed = 0
-    for case in cases:
-        why = run_case(args.runner, args.dir, case)
-        failed += why is not None
+    passed = failed = 0
+    for case, why, _ in checked_cases(args):
+        passed, failed = passed + (why is None), failed + (why is not None)
         print(f"operator {case['case']}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
-    print(f"operators: {len(cases) - failed} passed, {failed} failed")
-    return 1 if failed or not cases else 0
+    print(f"operators: {passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
 
 
 if __name__ == "__main__":

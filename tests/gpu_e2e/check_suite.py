@@ -12,10 +12,7 @@ bench/suite_summary.py --gpu reads it). Exits non-zero on any failure. Needs num
 """
 from __future__ import annotations
 
-import json
-import os
 import sys
-from pathlib import Path
 
 import check_operators  # tests/gpu_e2e/check_operators.py, beside this script
 import e2e_args
@@ -25,21 +22,14 @@ check_operators.TOLERANCE.setdefault("float64", 1e-4)
 
 def main() -> int:
     args = e2e_args.parse(__doc__)
-    cases = json.loads((args.dir / "manifest.json").read_text())
     results = {}
-    for case in cases:
-        try:
-            why = check_operators.run_case(args.runner, args.dir, case)
-        except Exception as e:  # a timeout or an unreadable file is that case's failure
-            why = f"{type(e).__name__}: {e}"
+    for case, why, _ in check_operators.checked_cases(args):
         results[case["case"]] = why
         print(f"suite {case['case']}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
     failed = sum(why is not None for why in results.values())
-    print(f"suite: {len(cases) - failed} passed, {failed} failed")
-    if os.environ.get("KILN_E2E_OUT"):
-        Path(os.environ["KILN_E2E_OUT"], "suite_gpu.json").write_text(
-            json.dumps(results, indent=1) + "\n")
-    return 1 if failed or not cases else 0
+    print(f"suite: {len(results) - failed} passed, {failed} failed")
+    e2e_args.write_results("suite_gpu.json", results)
+    return 1 if failed or not results else 0
 
 
 if __name__ == "__main__":

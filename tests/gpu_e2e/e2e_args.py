@@ -1,7 +1,10 @@
 """The command line every check_<name>.py takes from scripts/gpu-check.sh run:
 --dir (what export_<name>.py staged), --runner (kiln_runner), --bin (the GPU test binaries) and
---install (the installed kiln_executorch tree); a check uses the ones it needs."""
+--install (the installed kiln_executorch tree); a check uses the ones it needs. write_results
+puts a check's JSON where scripts/gpu-check.sh run collects results ($KILN_E2E_OUT)."""
 import argparse
+import json
+import os
 from pathlib import Path
 
 
@@ -15,3 +18,9 @@ def parse(doc: str, extra=None) -> argparse.Namespace:
     if extra is not None:
         extra(ap)
     return ap.parse_args()
+
+
+def write_results(name: str, results) -> None:
+    """Writes `results` as JSON to $KILN_E2E_OUT/name when that is set."""
+    if os.environ.get("KILN_E2E_OUT"):
+        Path(os.environ["KILN_E2E_OUT"], name).write_text(json.dumps(results, indent=1) + "\n")
