@@ -382,7 +382,8 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
                 static_cast<long long>(kMaxAttentionHeadDim));
   }
   const Graph& g = ctx.graph;
-  // Float16/BFloat16 without a mask: cuDNN's tensor-core flash attention where it has a plan.
+  // Float16/BFloat16 (masked: from 16 queries up): cuDNN's tensor-core flash attention where it
+  // has a plan.
   if (cudnn_attention_unsupported(a, g) == nullptr) {
     StepResult cudnn = make_cudnn_attention_step(a, ctx);
     if (cudnn.ok() || cudnn.error() != Error::NotSupported) return cudnn;

@@ -14,6 +14,9 @@
 
 #include "format/dtype.h"
 #include "format/fail.h"
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/kernels/attention.cuh"
+#include "runtime/engine/kernels/attention_mask.cuh"
 #include "runtime/engine/kernels/cudnn_graph.h"
 
 namespace kiln::engine::kernels {
@@ -23,7 +26,35 @@ namespace fe = cudnn_frontend;
 using executorch::runtime::Error;
 
 // The graph's tensor uids.
-constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4;
+constexpr int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kBias = 5;
+
+// A masked op goes to cuDNN from this many queries up (a prefill chunk over a KV cache, an
+// encoder with a padding mask); fewer (decode) stay on Kiln's split-K kernel, which skips the
+// cache rows the mask hides where cuDNN would read every one.
+constexpr int64_t kMinMaskedQueries = 16;
+// The largest bias (the mask in the query's dtype, in the workspace) worth writing per run.
+constexpr size_t kMaxBiasBytes = size_t{64} << 20;
+constexpr size_t kWorkspaceAlign = 256;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Where the bias goes: [rows_b, rows_h, seq_q, bias_ld], broadcast over batch / heads where the
+// mask is.
+struct BiasShape {
+  int64_t rows_b, rows_h, ld;
+  size_t bias_bytes, dead_bytes;
+};
+
+BiasShape bias_shape(const AttentionArgs& a, size_t elt) {
+  BiasShape s{};
+  s.rows_b = a.mask_stride_b == 0 ? 1 : a.batch;
+  s.rows_h = a.mask_stride_h == 0 ? 1 : a.heads_q;
+  s.ld = (a.seq_kv + 7) / 8 * 8;  // 16-byte rows for cuDNN's vector loads
+  const size_t rows = static_cast<size_t>(s.rows_b * s.rows_h * a.seq_q);
+  s.bias_bytes = round_up(rows * static_cast<size_t>(s.ld) * elt, kWorkspaceAlign);
+  s.dead_bytes = round_up(rows, kWorkspaceAlign);
+  return s;
+}
 
 // Every operand address and row stride on a 16-byte boundary: cuDNN's fused attention reads
 // q/k/v with 16-byte vector loads.
@@ -38,26 +69,58 @@ bool enabled() {
 class CudnnAttentionStep final : public Step {
  public:
   CudnnAttentionStep(const AttentionArgs& a, std::shared_ptr<fe::graph::Graph> graph,
-                     size_t elt, size_t workspace)
-      : a_(a), graph_(std::move(graph)), elt_(elt), workspace_(workspace) {}
+                     blob::DType dtype, MaskKind mask, size_t cudnn_workspace)
+      : a_(a),
+        graph_(std::move(graph)),
+        dtype_(dtype),
+        elt_(element_size(dtype)),
+        mask_(mask),
+        cudnn_workspace_(round_up(cudnn_workspace, kWorkspaceAlign)),
+        bias_(bias_shape(a, elt_)) {}
 
   Error enqueue(const RunContext& ctx) override {
+    char* bias = static_cast<char*>(ctx.workspace) + cudnn_workspace_;
+    uint8_t* dead = reinterpret_cast<uint8_t*>(bias + bias_.bias_bytes);
+    if (mask_ != MaskKind::kNone) {
+      const MaskToBias p{ctx.ptr(a_.mask), mask_ == MaskKind::kBool, dtype_, bias_.rows_b,
+                         bias_.rows_h, a_.seq_q, a_.seq_kv, a_.mask_stride_b, a_.mask_stride_h,
+                         a_.mask_stride_q, a_.mask_stride_k, bias_.ld, a_.causal != 0, bias,
+                         dead};
+      KILN_TRY(cuda_status(launch_mask_to_bias(p, ctx.stream), Error::Internal,
+                           "Kiln engine: op %zu (attention): the mask's bias kernel failed",
+                           ctx.op_index));
+    }
     std::unordered_map<int64_t, void*> pack{
         {kQ, ctx.ptr<char>(a_.q) + a_.q_offset * elt_},
         {kK, ctx.ptr<char>(a_.k) + a_.k_offset * elt_},
         {kV, ctx.ptr<char>(a_.v) + a_.v_offset * elt_},
         {kO, ctx.ptr(a_.out)}};
+    if (mask_ != MaskKind::kNone) pack.emplace(kBias, bias);
     KILN_TRY(execute_cudnn_graph(*graph_, pack, ctx, "attention", "cuDNN's fused attention"));
+    if (mask_ != MaskKind::kNone) {
+      const ZeroDeadRows z{dead, dtype_, a_.batch, a_.heads_q, a_.seq_q, a_.head_dim_v,
+                           bias_.rows_b, bias_.rows_h, a_.out_stride_b, a_.out_stride_h,
+                           a_.out_stride_s, ctx.ptr(a_.out)};
+      KILN_TRY(cuda_status(launch_zero_dead_rows(z, ctx.stream), Error::Internal,
+                           "Kiln engine: op %zu (attention): the dead-row kernel failed",
+                           ctx.op_index));
+    }
     return Error::Ok;
   }
 
-  size_t workspace_bytes() const override { return workspace_; }
+  size_t workspace_bytes() const override {
+    return cudnn_workspace_ +
+           (mask_ == MaskKind::kNone ? 0 : bias_.bias_bytes + bias_.dead_bytes);
+  }
 
  private:
   AttentionArgs a_;
   std::shared_ptr<fe::graph::Graph> graph_;
+  blob::DType dtype_;
   size_t elt_;
-  size_t workspace_;
+  MaskKind mask_;
+  size_t cudnn_workspace_;
+  BiasShape bias_;
 };
 
 }  // namespace
@@ -68,8 +131,15 @@ const char* cudnn_attention_unsupported(const AttentionArgs& a, const Graph& gra
   if (dtype != blob::DType::kBFloat16 && dtype != blob::DType::kFloat16) {
     return "cuDNN's fused attention takes Float16 and BFloat16 only";
   }
-  if (a.mask != kNoTensor) return "a mask tensor (Kiln's kernel applies masks)";
   if (a.batch == 0 || a.seq_q == 0 || a.seq_kv == 0) return "an empty operand";
+  if (a.mask != kNoTensor) {
+    if (a.seq_q < kMinMaskedQueries) return "a mask over few queries (Kiln's split-K kernel)";
+    const BiasShape b = bias_shape(a, element_size(dtype));
+    if (b.bias_bytes + b.dead_bytes > kMaxBiasBytes ||
+        b.rows_b * b.rows_h * a.seq_q > 0x7fffffffLL) {
+      return "a mask too large to write as cuDNN's bias";
+    }
+  }
   if (a.head_dim % 8 != 0 || a.head_dim_v % 8 != 0 || a.head_dim > 256 || a.head_dim_v > 256) {
     return "head dims that are not multiples of 8 up to 256";
   }
@@ -139,6 +209,15 @@ StepResult make_cudnn_attention_step(const AttentionArgs& a, const InitContext& 
                        .set_generate_stats(false)
                        .set_attn_scale(static_cast<float>(a.scale));
     if (a.causal) options.set_causal_mask(true);  // top-left, as torch's is_causal
+    if (a.mask != kNoTensor) {
+      const BiasShape b = bias_shape(a, static_cast<size_t>(elt));
+      auto bias = graph->tensor(fe::graph::Tensor_attributes()
+                                    .set_name("bias")
+                                    .set_uid(kBias)
+                                    .set_dim({b.rows_b, b.rows_h, a.seq_q, a.seq_kv})
+                                    .set_stride({b.rows_h * a.seq_q * b.ld, a.seq_q * b.ld, b.ld, 1}));
+      options.set_bias(bias);
+    }
     auto outputs = graph->sdpa(q, k, v, options);
     outputs[0]
         ->set_output(true)
@@ -167,7 +246,7 @@ StepResult make_cudnn_attention_step(const AttentionArgs& a, const InitContext& 
     return Error::NotSupported;
   }
   return std::unique_ptr<Step>(
-      new CudnnAttentionStep(a, std::move(graph), static_cast<size_t>(elt), workspace));
+      new CudnnAttentionStep(a, std::move(graph), dtype, mask_kind(a, ctx.graph), workspace));
 }
 
 }  // namespace kiln::engine::kernels

@@ -1,7 +1,9 @@
 // kAttention through cuDNN's fused flash attention (the cuDNN frontend's SDPA graph): tensor-core
-// attention for Float16 / BFloat16 with no mask or the causal flag, grouped-query heads and
-// strided q/k/v. make_attention_step (attention.cu) uses it where it applies and keeps Kiln's own
-// kernel for everything else (Float32, masks, head dims or alignments cuDNN has no plan for).
+// attention for Float16 / BFloat16 with the causal flag, grouped-query heads and strided q/k/v,
+// and with a mask tensor from 16 queries up (written as cuDNN's additive bias first,
+// attention_mask.cuh). make_attention_step (attention.cu) uses it where it applies and keeps
+// Kiln's own kernel for everything else (Float32, masked decode, head dims or alignments cuDNN
+// has no plan for).
 #pragma once
 
 #include "runtime/engine/step.h"

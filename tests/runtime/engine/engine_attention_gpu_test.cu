@@ -2,9 +2,9 @@
 // scaled, additive and Bool masks broadcast through strides, causal (square and with more keys
 // than queries), grouped-query heads, q read at an offset and strides from a packed projection,
 // odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out
-// (0, as torch gives), in fp32, fp16 and bf16. fp16/bf16 cases without a mask run through
-// cuDNN's fused attention (attention_cudnn.h) where it has a plan; KILN_ATTENTION=kiln runs them
-// on Kiln's kernel too. The kernel shares memory between warps, so gpu-check.sh sanitize may run
+// (0, as torch gives), in fp32, fp16 and bf16. fp16/bf16 cases without a mask, and masked ones
+// of 16 queries or more, run through cuDNN's fused attention (attention_cudnn.h) where it has a
+// plan; KILN_ATTENTION=kiln runs them on Kiln's kernel too. The kernel shares memory between warps, so gpu-check.sh sanitize may run
 // this binary under racecheck too.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
@@ -219,6 +219,25 @@ TEST_F(EngineGpu, AttentionFp32PrefillAsGemms) {
   }
 }
 
+// Float16 / BFloat16 with a mask from 16 queries up run on cuDNN with the mask as its bias: a
+// prefill chunk over a static KV cache (grouped heads, whole tiles of keys dead), dead rows (0,
+// not cuDNN's NaN) with and without the causal bound, a Bool mask broadcast over heads with batch
+// 2 and a key count that is no multiple of 8 (the bias rows padded), additive masks (one key of
+// each row at -inf), one with strided queries and a [B, Sq, H, D] out.
+TEST_F(EngineGpu, AttentionHalfMaskedOnCudnn) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (const Case& c : {Case{1, 8, 2, 128, 600, 64, 64, false, Mask::kCachePositions},
+                          Case{1, 4, 2, 64, 2048, 64, 64, false, Mask::kCachePositions},
+                          Case{2, 2, 2, 20, 20, 16, 16, false, Mask::kDeadRow},
+                          Case{1, 2, 2, 24, 30, 32, 32, true, Mask::kDeadRow},
+                          Case{2, 4, 4, 33, 35, 64, 64, true, Mask::kBoolKeys},
+                          Case{2, 6, 3, 40, 21, 40, 40, false, Mask::kAdditiveRows, true, true},
+                          Case{1, 3, 3, 17, 40, 32, 32, false, Mask::kAdditiveRows}}) {
+      run_case(dtype, c);
+    }
+  }
+}
+
 TEST_F(EngineGpu, AttentionHalfTypesOnKilnsKernel) {
   // The cases cuDNN (16-bit) and the GEMMs (fp32) take by default, forced onto Kiln's own kernel
   // (their fallback).
@@ -226,7 +245,8 @@ TEST_F(EngineGpu, AttentionHalfTypesOnKilnsKernel) {
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
     for (const Case& c : {Case{1, 2, 2, 128, 128, 64, 64}, Case{1, 4, 1, 64, 64, 128, 128, true},
                           Case{1, 8, 2, 32, 32, 64, 64, true, Mask::kNone, true},
-                          Case{1, 2, 2, 6, 50, 16, 24, true}}) {
+                          Case{1, 2, 2, 6, 50, 16, 24, true},
+                          Case{1, 4, 2, 19, 300, 64, 64, false, Mask::kCachePositions}}) {
       run_case(dtype, c);
     }
   }
