@@ -7,6 +7,7 @@ long small kernels take; this shows it, and the gap between the kernels' sum and
 latency (launch gaps of the replay).
 
     kernel_times.py --models DIR --runner kiln_runner --keys K1,K2 [--precisions bf16] --out FILE
+    kernel_times.py --runner kiln_runner --program llm.pte:decode --program llm.pte:prefill --out FILE
 """
 
 import argparse
@@ -56,6 +57,8 @@ def profile(ncu: str, runner: str, models: Path, entry: dict, iterations: int):
                "--csv", "--print-units", "base", "--log-file", str(log), runner,
                str(models / entry["pte"]), "--warmup", "3", "--iterations", str(iterations),
                "--profiler-range"]
+        if entry.get("method"):
+            cmd += ["--method", entry["method"]]
         for i, spec in enumerate(entry["inputs"]):
             cmd += ["--input", f"{i}={models / spec['file']}"]
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=500)
@@ -86,18 +89,28 @@ def summary(key: str, rows, iterations: int) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", type=Path, required=True)
+    p.add_argument("--models", type=Path, default=Path("."))
     p.add_argument("--runner", required=True)
-    p.add_argument("--keys", required=True, help="comma list of model keys (manifest.json)")
+    p.add_argument("--keys", default="", help="comma list of model keys (manifest.json)")
+    p.add_argument("--program", action="append", default=[],
+                   help="PATH.pte or PATH.pte:METHOD, a program outside the manifest, run with "
+                        "kiln_runner's default inputs (a decoder's prefill or decode method)")
     p.add_argument("--precisions", default="", help="comma list; default all staged")
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
+    if not args.keys and not args.program:
+        p.error("give --keys (with --models) or --program")
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     if not Path(ncu).exists():
         print(f"kernel_times: no ncu on this machine ({ncu})", file=sys.stderr)
         return 1
-    manifest = json.loads((args.models / "manifest.json").read_text())
+    manifest = json.loads((args.models / "manifest.json").read_text()) if args.keys else []
+    for spec in args.program:
+        path, _, method = spec.partition(":")
+        manifest.append({"key": Path(path).stem, "precision": method or "forward",
+                         "pte": str(Path(path).resolve()), "inputs": [], "method": method})
+        args.keys += ("," if args.keys else "") + Path(path).stem
     keys, precs = args.keys.split(","), [s for s in args.precisions.split(",") if s]
     status, parts = 0, []
     for entry in manifest:

@@ -2,7 +2,7 @@
 # The whole GPU check, in two halves:
 #
 #   scripts/gpu-check.sh prepare [--keys K1,K2] [--precisions fp32,bf16] [--layout channels_last|nchw]
-#                                [--no-tests | --tests T1,T2] [--no-e2e]
+#                                [--no-tests | --tests T1,T2] [--no-e2e | --e2e N1,N2]
 #                                [--no-roofline] [--limit-mib 60] [--max-keys N]
 #       here (no GPU needed): builds, exports the models of bench/model_zoo.py with KilnPartitioner
 #       and packs everything the GPU machine needs into .gpu/stage.tar.xz (the install tree, the
@@ -11,7 +11,9 @@
 #       --keys real: the real models of bench/real_models.py (with --precisions fp32,tf32,bf16).
 #       ExecuTorch's backend operator suite (tests/gpu_e2e/export_suite.py) is lowered again unless
 #       KILN_SUITE_STAGED names a finished `tests/suite/run_suite.py --out DIR` to copy
-#       (KILN_SUITE_SUBSET=ci lowers only the CI subset of its files).
+#       (KILN_SUITE_SUBSET=ci lowers only the CI subset of its files). --e2e stages only the
+#       named checks of tests/gpu_e2e (e.g. --e2e llm with KILN_LLM_BENCH=llama1b_2l and
+#       KILN_LLM_VARIANTS=fp32,bf16: export_llm.py's options).
 #       When the programs do not fit one transfer (--limit-mib) or one run (--max-keys models a
 #       bundle), prepare splits them (bench/bundle.py) into .gpu/stage-1.tar.xz, stage-2, ...
 #       (each with the install tree, the GPU tests and other programs in the first) and prints
@@ -39,7 +41,7 @@ mode="${1:-}"; shift || true
 
 case "$mode" in
 prepare)
-  keys=""; precisions="fp32,bf16"; layout=channels_last; tests=1; e2e=1; only_tests=""; roofline=1; limit_mib=60; max_keys=1000
+  keys=""; precisions="fp32,bf16"; layout=channels_last; tests=1; e2e=1; only_e2e=""; only_tests=""; roofline=1; limit_mib=60; max_keys=1000
   while [ $# -gt 0 ]; do
     case "$1" in
       --limit-mib) limit_mib="$2"; shift 2 ;;  # the largest bundle: one transfer carries 64 MiB
@@ -50,6 +52,7 @@ prepare)
       --no-tests) tests=0; shift ;;
       --tests) only_tests="$2"; shift 2 ;;  # stage only these GPU test binaries (comma list)
       --no-e2e) e2e=0; shift ;;
+      --e2e) only_e2e="$2"; shift 2 ;;  # stage only these end-to-end checks (comma list)
       --no-roofline) roofline=0; shift ;;
       *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
@@ -84,6 +87,7 @@ prepare)
     for script in tests/gpu_e2e/export_*.py; do
       [ -e "$script" ] || continue
       name=$(basename "$script" .py); name=${name#export_}
+      case ",${only_e2e:-$name}," in *",$name,"*) ;; *) continue ;; esac
       PYTHONPATH="$root/python" .venv/bin/python "$script" --out "$stage/e2e/$name"
     done
   fi

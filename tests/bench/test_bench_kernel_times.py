@@ -5,6 +5,8 @@ per execute."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import kernel_times  # noqa: E402
 
@@ -50,3 +52,37 @@ def test_summary_is_per_execute_largest_first():
     assert "layer_norm_kernel<float>" in lines[3] and lines[3].split()[0] == "2.0"
     assert lines[-1] == ("  in launch order (first execute): layer_norm_kernel=2.0, "
                          "sm90_xmma_gemm_bf16bf16=4.5")
+
+
+def test_a_program_outside_the_manifest_runs_its_method(monkeypatch, tmp_path):
+    """--program PATH:METHOD profiles that method of the program with kiln_runner's default
+    inputs, labelled by the file's name and the method."""
+    pte = tmp_path / "llm_bf16.pte"
+    pte.write_bytes(b"")
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        Path(cmd[cmd.index("--log-file") + 1]).write_text(REPORT)
+        return type("R", (), {"returncode": 0, "stderr": "", "stdout": ""})()
+
+    monkeypatch.setattr(kernel_times.subprocess, "run", fake_run)
+    monkeypatch.setattr(kernel_times.shutil, "which", lambda name: sys.executable)
+    out = tmp_path / "kernels.txt"
+    monkeypatch.setattr(sys, "argv", ["kernel_times.py", "--runner", "kiln_runner", "--program",
+                                      f"{pte}:decode", "--out", str(out)])
+    assert kernel_times.main() == 0
+    assert len(calls) == 1
+    cmd = calls[0]
+    assert cmd[cmd.index("kiln_runner") + 1] == str(pte.resolve())
+    assert cmd[cmd.index("--method") + 1] == "decode"
+    assert "--input" not in cmd
+    assert out.read_text().startswith("=== llm_bf16 decode: ")
+
+
+def test_without_keys_or_programs_it_says_what_to_give(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["kernel_times.py", "--runner", "r", "--out", "x"])
+    with pytest.raises(SystemExit) as e:
+        kernel_times.main()
+    assert e.value.code == 2
+    assert "give --keys (with --models) or --program" in capsys.readouterr().err

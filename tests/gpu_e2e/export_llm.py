@@ -1,7 +1,8 @@
 """Exports HF Llama-architecture decoders with kiln_executorch.llm.export_llm (methods prefill and
 decode sharing the KV cache) for the GPU check (check_llm.py).
 
-    export_llm.py --out DIR [--bench llama1b,llama1b_2l]      (or KILN_LLM_BENCH=...)
+    export_llm.py --out DIR [--bench llama1b,llama1b_2l] [--variants bf16,bf16_int8]
+                                                  (or KILN_LLM_BENCH=..., KILN_LLM_VARIANTS=...)
 
 Always: `small` (2 layers, width 256, 8 heads / 2 KV heads, FFN 512, vocab 1024, cache 192 rows,
 prefill chunks of 32) in fp32, bf16 and bf16 with quantized weights (bf16_int8: KilnPartitioner
@@ -14,6 +15,8 @@ decode and prefill timings:
 about 5 GB of weights over both methods, xz-compressible (the seeded values tile). Its 2-layer cut
 took 10-12 GB of memory and ~4 minutes to export on a 2-core machine: the whole model needs ~40 GB.
 `--bench llama1b_2l` is that cut (2 of the 16 layers, the whole embedding and LM head).
+`--variants` keeps only those of each config's variants (e.g. bf16 alone: one export instead of
+three when only the runtime changed).
 
 Writes DIR/<name>_<variant>.pte and DIR/meta.json: per program the config, the seed, the
 weights' SHA-256 (weights_digest: the GPU machine rebuilds the same model from the config and the
@@ -80,7 +83,14 @@ def main():
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--bench", default=os.environ.get("KILN_LLM_BENCH", ""),
                         help="comma list of benchmark configs to add (llama1b, llama1b_2l)")
+    parser.add_argument("--variants", default=os.environ.get("KILN_LLM_VARIANTS", ""),
+                        help="comma list: export only these variants (fp32, bf16, bf16_int8, "
+                             "bf16_int4) of each config")
     args = parser.parse_args()
+    keep = {v for v in args.variants.split(",") if v}
+    known = {v for config in CONFIGS.values() for v in config[3]}
+    if keep - known:
+        raise SystemExit(f"export_llm: unknown variants {sorted(keep - known)}; known: {sorted(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
     names = ["small"] + [b for b in args.bench.split(",") if b]
     programs = {}
@@ -97,6 +107,8 @@ def main():
             # half the memory, which a billion-parameter export needs on a small machine.
             model = model.to(torch.bfloat16)
         for variant in precisions:
+            if keep and variant not in keep:
+                continue
             precision, _, weights = variant.partition("_")   # "bf16_int8": bf16, int8 weights
             pte = args.out / f"{name}_{variant}.pte"
             info = export_llm(model, pte, max_context, prefill, precision=precision,

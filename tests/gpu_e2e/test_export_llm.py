@@ -28,10 +28,21 @@ def exported(tmp_path_factory):
     out = tmp_path_factory.mktemp("llm")
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), KILN_SKIP_DELEGATE_REGISTRATION="1")
     env.pop("KILN_LLM_BENCH", None)
+    env.pop("KILN_LLM_VARIANTS", None)
     r = subprocess.run([sys.executable, HERE / "export_llm.py", "--out", out], env=env,
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     return out, json.loads((out / "meta.json").read_text())
+
+
+def test_an_unknown_variant_is_refused_before_any_export(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), KILN_SKIP_DELEGATE_REGISTRATION="1")
+    r = subprocess.run([sys.executable, HERE / "export_llm.py", "--out", tmp_path,
+                        "--variants", "bf16,bf17"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0
+    assert "unknown variants ['bf17']" in r.stderr
+    assert not list(tmp_path.glob("*.pte"))
 
 
 def test_programs_are_one_delegate_per_method_sharing_named_states(exported):
