@@ -37,6 +37,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kKeys = 32;                                     // keys per tile: one per lane
 constexpr int kMaxCols = int(kMaxAttentionHeadDim / 32);      // accumulator columns per lane
 constexpr int kQueriesPerWarp[] = {1, 2, 4};                         // the instantiated R
+constexpr int kMaxPrecheckedTiles = 1024;  // key tiles a CTA's Bool-mask pre-check covers
 
 struct Params {
   const void* q;
@@ -119,8 +120,34 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   int64_t kv_end = p.splits > 1 && kv_begin + p.chunk < p.seq_kv ? kv_begin + p.chunk : p.seq_kv;
   if (p.causal && i0 + kWarps * R < kv_end) kv_end = i0 + kWarps * R;
 
+  // Which of the CTA's key tiles any of its queries may see under a Bool mask, found in one
+  // pass over the mask before the walk (a decode split over a static cache: the loads of every
+  // tile in flight together, where a check per tile waited for each in turn).
+  __shared__ uint32_t seen_tiles[kMaxPrecheckedTiles / 32];
+  const int64_t tiles = (kv_end - kv_begin + kKeys - 1) / kKeys;
+  const bool prechecked = p.mask_kind == MaskKind::kBool && tiles <= kMaxPrecheckedTiles;
+  if (prechecked) {
+    for (int w = threadIdx.x; w < kMaxPrecheckedTiles / 32; w += kThreads) seen_tiles[w] = 0u;
+    __syncthreads();
+    const int64_t rows = i0 + kWarps * R <= p.seq_q ? kWarps * R : p.seq_q - i0;
+    const uint8_t* mask = static_cast<const uint8_t*>(p.mask);
+    const int64_t entries = tiles * rows * kKeys;
+#pragma unroll 4
+    for (int64_t e = threadIdx.x; e < entries; e += kThreads) {
+      const int64_t t = e / (rows * kKeys), rest = e - t * rows * kKeys;
+      const int64_t i = i0 + rest / kKeys, j = kv_begin + t * kKeys + rest % kKeys;
+      if (j < kv_end && !(p.causal && j > i) && mask[mask_base + i * p.ms[2] + j * p.ms[3]] != 0) {
+        atomicOr(&seen_tiles[t / 32], 1u << (t % 32));
+      }
+    }
+    __syncthreads();
+  }
+
   for (int64_t j0 = kv_begin; j0 < kv_end; j0 += kKeys) {
-    if (p.mask_kind == MaskKind::kBool) {
+    if (prechecked) {
+      const int64_t t = (j0 - kv_begin) / kKeys;
+      if (((seen_tiles[t / 32] >> (t % 32)) & 1u) == 0u) continue;
+    } else if (p.mask_kind == MaskKind::kBool) {
       // A tile of keys no query of this CTA may see is skipped (its scores would all be -inf,
       // which changes nothing): a static KV cache's rows past the positions written so far.
       bool seen = false;
