@@ -454,33 +454,126 @@ __device__ __forceinline__ float round_to(DType dt, float v) {
   }
 }
 
+// Runs the program over this thread's registers r[k * kBlock] (inputs 0..num_inputs - 1 loaded)
+// and returns the last instruction's value.
+__device__ __forceinline__ float run_program(const FusedInstrDev* instrs, int num_inputs,
+                                             int num_instrs, float* r) {
+  float v = 0.0f;
+  for (int j = 0; j < num_instrs; ++j) {
+    const FusedInstrDev in = instrs[j];
+    if (in.form == static_cast<int8_t>(blob::FusedForm::kUnary)) {
+      v = unary_float(static_cast<UnaryKind>(in.kind), r[in.src0 * kBlock], in.p0, in.p1);
+    } else if (in.form == static_cast<int8_t>(blob::FusedForm::kBinary)) {
+      const float b = in.src1 >= 0 ? r[in.src1 * kBlock] : in.p1;
+      v = binary_float(static_cast<BinaryKind>(in.kind), r[in.src0 * kBlock], b, in.p0);
+    } else {
+      v = r[in.src0 * kBlock] != 0.0f ? r[in.src1 * kBlock] : r[in.src2 * kBlock];
+    }
+    v = round_to(in.round, v);
+    r[(num_inputs + j) * kBlock] = v;
+  }
+  return v;
+}
+
+// Copies the program's instructions to shared memory with constant indices into the parameter.
+__device__ __forceinline__ void stage_program(const FusedProgram& prog, FusedInstrDev* instrs) {
+#pragma unroll
+  for (int j = 0; j < static_cast<int>(blob::kMaxFusedInstrs); ++j) {
+    if (static_cast<int>(threadIdx.x) == j) instrs[j] = prog.instrs[j];
+  }
+  __syncthreads();
+}
+
+// The program's instructions and the register file live in shared memory: indexed by values
+// known only at run time (the instruction count, each instruction's source registers), kernel
+// parameters and a per-thread array would be copied to local memory by every thread (about 1 KB
+// each), which made a 1M-element SwiGLU take 45 us. Every parameter read below has a constant
+// index. regs[r][threadIdx.x]: consecutive threads in consecutive banks.
 template <typename Index>
-__global__ void fused_kernel(void* __restrict__ out, const FusedProgram prog,
-                             const StridedLoop<kFusedOperands> loop) {
+__global__ void __launch_bounds__(kBlock) fused_kernel(void* __restrict__ out,
+                                                       const FusedProgram prog,
+                                                       const StridedLoop<kFusedOperands> loop) {
+  __shared__ FusedInstrDev instrs[blob::kMaxFusedInstrs];
+  __shared__ float regs[kFusedRegisters][kBlock];
+  stage_program(prog, instrs);
+  float* r = &regs[0][threadIdx.x];  // register k of this thread: r[k * kBlock]
   const Index n = static_cast<Index>(loop.numel);
   for (Index i = static_cast<Index>(thread_index()); i < n;
        i += static_cast<Index>(thread_count())) {
     int64_t off[kFusedOperands];
     strided_offsets(loop, i, off);
-    float r[kFusedRegisters];
-    for (int k = 0; k < prog.num_inputs; ++k) {
-      r[k] = static_cast<float>(load_f64(prog.in[k], prog.in_dtype[k], off[1 + k]));
-    }
-    float v = 0.0f;
-    for (int j = 0; j < prog.num_instrs; ++j) {
-      const FusedInstrDev& in = prog.instrs[j];
-      if (in.form == static_cast<int8_t>(blob::FusedForm::kUnary)) {
-        v = unary_float(static_cast<UnaryKind>(in.kind), r[in.src0], in.p0, in.p1);
-      } else if (in.form == static_cast<int8_t>(blob::FusedForm::kBinary)) {
-        const float b = in.src1 >= 0 ? r[in.src1] : in.p1;
-        v = binary_float(static_cast<BinaryKind>(in.kind), r[in.src0], b, in.p0);
-      } else {
-        v = r[in.src0] != 0.0f ? r[in.src1] : r[in.src2];
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
+      if (k < prog.num_inputs) {
+        r[k * kBlock] = static_cast<float>(load_f64(prog.in[k], prog.in_dtype[k], off[1 + k]));
       }
-      v = round_to(in.round, v);
-      r[prog.num_inputs + j] = v;
     }
+    const float v = run_program(instrs, prog.num_inputs, prog.num_instrs, r);
     store_f64(out, prog.out_dtype, off[0], static_cast<double>(v));
+  }
+}
+
+// Every operand contiguous over the whole index space and of one floating dtype T (a SwiGLU's
+// silu(gate) * up, a residual chain): kWidth elements per 16-byte access and no index
+// arithmetic. kWidth 1 where an operand is not 16-byte aligned.
+template <typename T, int kWidth>
+__global__ void __launch_bounds__(kBlock) fused_contiguous_kernel(T* __restrict__ out,
+                                                                  const FusedProgram prog,
+                                                                  int64_t n) {
+  __shared__ FusedInstrDev instrs[blob::kMaxFusedInstrs];
+  __shared__ float regs[kFusedRegisters][kBlock];
+  stage_program(prog, instrs);
+  float* r = &regs[0][threadIdx.x];
+  using P = Pack<T, kWidth>;
+  for (int64_t i = thread_index(); i < n / kWidth; i += thread_count()) {
+    P in[blob::kMaxFusedInputs];
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
+      if (k < prog.num_inputs) in[k] = static_cast<const P*>(prog.in[k])[i];
+    }
+    P o;
+#pragma unroll 1  // one copy of the interpreter: unrolled copies overflow the instruction cache
+    for (int e = 0; e < kWidth; ++e) {
+#pragma unroll
+      for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
+        if (k < prog.num_inputs) r[k * kBlock] = to_float(in[k].v[e]);
+      }
+      o.v[e] = from_float<T>(run_program(instrs, prog.num_inputs, prog.num_instrs, r));
+    }
+    reinterpret_cast<P*>(out)[i] = o;
+  }
+  for (int64_t i = n / kWidth * kWidth + thread_index(); i < n; i += thread_count()) {
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
+      if (k < prog.num_inputs) r[k * kBlock] = to_float(static_cast<const T*>(prog.in[k])[i]);
+    }
+    out[i] = from_float<T>(run_program(instrs, prog.num_inputs, prog.num_instrs, r));
+  }
+}
+
+// The gated activation act(a) * b of a SwiGLU / GeGLU block (the one program every decoder
+// layer runs), contiguous operands of one dtype: compiled for its activation, so its code is a
+// few instructions where the interpreter's switches span the whole elementwise library (run
+// once per graph replay amid other kernels, those miss the instruction cache: 20 us for 1M
+// elements where this takes a few). Each step rounds to T as the interpreter does.
+template <typename T, int kWidth, UnaryKind kAct>
+__global__ void __launch_bounds__(kBlock) glu_kernel(T* __restrict__ out, const T* __restrict__ a,
+                                                     const T* __restrict__ b, int64_t n) {
+  using P = Pack<T, kWidth>;
+  for (int64_t i = thread_index(); i < n / kWidth; i += thread_count()) {
+    const P pa = reinterpret_cast<const P*>(a)[i];
+    const P pb = reinterpret_cast<const P*>(b)[i];
+    P o;
+#pragma unroll
+    for (int e = 0; e < kWidth; ++e) {
+      const float act = to_float(from_float<T>(unary_float(kAct, to_float(pa.v[e]), 0.0f, 0.0f)));
+      o.v[e] = from_float<T>(act * to_float(pb.v[e]));
+    }
+    reinterpret_cast<P*>(out)[i] = o;
+  }
+  for (int64_t i = n / kWidth * kWidth + thread_index(); i < n; i += thread_count()) {
+    const float act = to_float(from_float<T>(unary_float(kAct, to_float(a[i]), 0.0f, 0.0f)));
+    out[i] = from_float<T>(act * to_float(b[i]));
   }
 }
 
@@ -509,6 +602,58 @@ class FusedStep final : public Step {
                          static_cast<int32_t>(in.kind), static_cast<float>(in.p0),
                          static_cast<float>(in.p1), in.round};
     }
+    // The contiguous kernel: one floating dtype throughout, every operand walked densely.
+    contiguous_ = is_floating(prog_.out_dtype) && loop_.rank <= 1;
+    for (uint32_t k = 0; k < args.num_inputs && contiguous_; ++k) {
+      contiguous_ = prog_.in_dtype[k] == prog_.out_dtype && (loop_.rank == 0 || loop_.strides[1 + k][0] == 1);
+    }
+    if (contiguous_) match_glu(args);
+  }
+
+  // act(r_a) * r_b, each rounded to the dtype: [unary act of input a][binary mul of r2 and the
+  // other input], with no scalar factor.
+  void match_glu(const FusedElementwiseArgs& args) {
+    if (args.num_inputs != 2 || args.num_instrs != 2) return;
+    const FusedInstr& u = args.instrs[0];
+    const FusedInstr& m = args.instrs[1];
+    const DType t = prog_.out_dtype;
+    if (u.form != blob::FusedForm::kUnary || u.round != t || m.form != blob::FusedForm::kBinary ||
+        m.kind != int64_t(BinaryKind::kMul) || m.round != t || u.src[0] < 0 || u.src[0] > 1) {
+      return;
+    }
+    const int32_t other = 1 - u.src[0];
+    if (!((m.src[0] == 2 && m.src[1] == other) || (m.src[0] == other && m.src[1] == 2))) return;
+    const UnaryKind kind = static_cast<UnaryKind>(u.kind);
+    if (kind != UnaryKind::kSilu && kind != UnaryKind::kGeluErf && kind != UnaryKind::kGeluTanh &&
+        kind != UnaryKind::kRelu && kind != UnaryKind::kSigmoid) {
+      return;
+    }
+    glu_ = true;
+    glu_kind_ = kind;
+    glu_act_input_ = u.src[0];
+  }
+
+  template <typename T, int kWidth>
+  void launch_glu(T* out, const T* a, const T* b, const RunContext& ctx) const {
+    const unsigned blocks = blocks_for(loop_.numel / kWidth + 1, kBlock, ctx.max_blocks);
+    const int64_t n = loop_.numel;
+    switch (glu_kind_) {
+      case UnaryKind::kSilu:
+        glu_kernel<T, kWidth, UnaryKind::kSilu><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        break;
+      case UnaryKind::kGeluErf:
+        glu_kernel<T, kWidth, UnaryKind::kGeluErf><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        break;
+      case UnaryKind::kGeluTanh:
+        glu_kernel<T, kWidth, UnaryKind::kGeluTanh><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        break;
+      case UnaryKind::kRelu:
+        glu_kernel<T, kWidth, UnaryKind::kRelu><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        break;
+      default:
+        glu_kernel<T, kWidth, UnaryKind::kSigmoid><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        break;
+    }
   }
 
   Error enqueue(const RunContext& ctx) override {
@@ -520,6 +665,34 @@ class FusedStep final : public Step {
       prog.in[k] = ctx.ptr(args_.inputs[k]);
     }
     void* out = ctx.ptr(args_.out);
+    if (contiguous_) {
+      bool aligned = alignment_of(out) >= 16;
+      for (uint32_t k = 0; k < args_.num_inputs; ++k) aligned = aligned && alignment_of(prog.in[k]) >= 16;
+      visit_floating(prog_.out_dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        constexpr int kWidth = 16 / sizeof(T);
+        if (glu_) {
+          const T* a = static_cast<const T*>(prog.in[glu_act_input_]);
+          const T* b = static_cast<const T*>(prog.in[1 - glu_act_input_]);
+          if (aligned) {
+            launch_glu<T, kWidth>(static_cast<T*>(out), a, b, ctx);
+          } else {
+            launch_glu<T, 1>(static_cast<T*>(out), a, b, ctx);
+          }
+          return;
+        }
+        if (aligned) {
+          const unsigned blocks = blocks_for(loop_.numel / kWidth + 1, kBlock, ctx.max_blocks);
+          fused_contiguous_kernel<T, kWidth><<<blocks, kBlock, 0, ctx.stream>>>(
+              static_cast<T*>(out), prog, loop_.numel);
+        } else {
+          const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
+          fused_contiguous_kernel<T, 1><<<blocks, kBlock, 0, ctx.stream>>>(
+              static_cast<T*>(out), prog, loop_.numel);
+        }
+      });
+      return Error::Ok;
+    }
     const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
     if (loop_.numel <= INT32_MAX) {
       fused_kernel<uint32_t><<<blocks, kBlock, 0, ctx.stream>>>(out, prog, loop_);
@@ -533,6 +706,10 @@ class FusedStep final : public Step {
   FusedElementwiseArgs args_;
   FusedProgram prog_{};
   StridedLoop<kFusedOperands> loop_;
+  bool contiguous_ = false;
+  bool glu_ = false;  // the program is act(input a) * input b (glu_kernel)
+  UnaryKind glu_kind_ = UnaryKind::kSilu;
+  int32_t glu_act_input_ = 0;
 };
 
 }  // namespace
