@@ -63,7 +63,11 @@ std::vector<uint8_t> write_blob(const Graph& g) {
       fail(KILN_BUILDER_BUILD_FAILED, "tensor %lld (%s): weight or state without data",
            (long long)root.id, root.name.c_str());
     }
-    r.offset = stored ? weight_offset[size_t(root.id)] : root.offset;
+    if (stored && g.view_offset(t.id) != 0) {
+      fail(KILN_BUILDER_INTERNAL, "tensor %lld (%s): a view inside a weight or state",
+           (long long)t.id, t.name.c_str());
+    }
+    r.offset = stored ? weight_offset[size_t(root.id)] : root.offset + g.view_offset(t.id);
     r.nbytes = t.nbytes();
     records.push_back(r);
   }

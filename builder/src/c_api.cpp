@@ -36,6 +36,7 @@ Graph build(const void* ir, size_t ir_size, uint32_t passes) {
   if (passes & KILN_BUILDER_PASS_FUSE_NORMS) fold_norm_weights(g);
   if (passes & KILN_BUILDER_PASS_FUSE_ELEMENTWISE) fuse_elementwise(g);
   if (passes & KILN_BUILDER_PASS_BIND_OUTPUTS) bind_outputs(g);
+  if (passes & KILN_BUILDER_PASS_REDUNDANT_COPIES) view_contiguous_copies(g);
   if (passes & KILN_BUILDER_PASS_COMPACT) compact(g);
   if (passes & KILN_BUILDER_PASS_PLAN_MEMORY) plan_memory(g);
   return g;

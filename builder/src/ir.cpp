@@ -215,6 +215,16 @@ int64_t Graph::root(int64_t id) const {
   return id;
 }
 
+uint64_t Graph::view_offset(int64_t id) const {
+  uint64_t bytes = 0;
+  for (size_t steps = 0; tensors[size_t(id)].alias_of != kNoTensor; ++steps) {
+    if (steps > tensors.size()) fail(KILN_BUILDER_INTERNAL, "tensor %lld: alias cycle", (long long)id);
+    bytes += tensors[size_t(id)].view_bytes;
+    id = tensors[size_t(id)].alias_of;
+  }
+  return bytes;
+}
+
 int64_t Graph::add_tensor(blob::DType dtype, const std::vector<int64_t>& shape,
                           const std::string& name) {
   Tensor t;

@@ -38,6 +38,7 @@ struct Tensor {
   std::vector<uint8_t> data;      // a weight's contents or a state's initial value
   bool has_data = false;
   int64_t alias_of = kNoTensor;   // a view: shares the storage of this tensor id
+  uint64_t view_bytes = 0;        // a view's start inside alias_of's bytes (0: the whole of it)
   std::string name;
 
   int64_t numel() const;
@@ -106,6 +107,8 @@ struct Graph {
   uint64_t arena_size = 0;
 
   int64_t root(int64_t id) const;
+  /// Where a view starts inside its root, in bytes (the sum of view_bytes along the chain).
+  uint64_t view_offset(int64_t id) const;
   int64_t add_tensor(blob::DType dtype, const std::vector<int64_t>& shape, const std::string& name);
 };
 

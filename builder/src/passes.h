@@ -77,6 +77,12 @@ void bind_outputs(Graph& g);
 /// Removes tensors nothing refers to and renumbers the rest, keeping their order.
 void compact(Graph& g);
 
+/// A kCopy of one contiguous run of an arena tensor's elements (from any offset, dense strides,
+/// same dtype) into a whole arena tensor becomes a view that starts inside the source
+/// (Tensor::view_bytes), when nothing else writes the result or, after the copy, the source.
+/// Runs after the fusion passes, which take tensors of one root to hold the same values.
+void view_contiguous_copies(Graph& g);
+
 /// Greedy best-fit placement of arena tensors by liveness, kArenaAlignment aligned; sets
 /// Graph::arena_size.
 void plan_memory(Graph& g);

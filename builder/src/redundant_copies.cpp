@@ -6,6 +6,9 @@
 //    convolution's NHWC result copied to NCHW, flattened and transposed to [196, 768], then
 //    copied into the token sequence after the class token) reads the first copy's source through
 //    composed strides, and the first copy goes when nothing else reads it.
+//  - Contiguous blocks: a copy of one contiguous run of an arena tensor's elements (a decoder
+//    token's gate and up, or q / k / v, out of one merged projection) becomes a view that starts
+//    inside it (view_contiguous_copies, after the fusion passes).
 #include <unordered_set>
 
 #include "builder/src/passes.h"
@@ -151,6 +154,45 @@ void compose_copies(Graph& g) {
       g.ops.erase(g.ops.begin() + std::ptrdiff_t(i));
       --j;
     }
+  }
+}
+
+void view_contiguous_copies(Graph& g) {
+  std::unordered_set<int64_t> output_roots;
+  for (int64_t t : g.outputs) output_roots.insert(g.root(t));
+  for (size_t i = 0; i < g.ops.size();) {
+    const Op& op = g.ops[i];
+    bool ok = op.opcode == blob::Opcode::kCopy && op.at("out_offset") == 0 &&
+              op.at("in_offset") >= 0;
+    int64_t x = kNoTensor, out = kNoTensor;
+    if (ok) {
+      const auto& sizes = op.list("sizes");
+      x = op.at("x");
+      out = op.out();
+      const Tensor& in = g.tensors[size_t(x)];
+      const Tensor& o = g.tensors[size_t(out)];
+      ok = dense_strides(sizes, op.list("in_strides")) &&
+           dense_strides(sizes, op.list("out_strides")) && in.dtype == o.dtype &&
+           product(sizes) == o.numel() && op.at("in_offset") + o.numel() <= in.numel() &&
+           o.alias_of == kNoTensor && o.storage == blob::Storage::kArena &&
+           !output_roots.count(out) &&
+           g.tensors[size_t(g.root(x))].storage == blob::Storage::kArena;
+    }
+    // Nothing else writes the result, and nothing writes the source after the copy (the view
+    // would then read other values than the copy held).
+    const int64_t source_root = ok ? g.root(x) : kNoTensor;
+    for (size_t k = 0; ok && k < g.ops.size(); ++k) {
+      const int64_t written = g.root(g.ops[k].out());
+      ok = (k == i || written != out) && (k <= i || written != source_root);
+    }
+    if (!ok) {
+      ++i;
+      continue;
+    }
+    Tensor& view = g.tensors[size_t(out)];
+    view.alias_of = x;
+    view.view_bytes = uint64_t(op.at("in_offset")) * element_size(view.dtype);
+    g.ops.erase(g.ops.begin() + std::ptrdiff_t(i));
   }
 }
 

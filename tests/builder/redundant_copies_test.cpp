@@ -115,6 +115,71 @@ TEST(DropIdentityOps, ASourceWrittenAfterTheCopyKeepsTheCopy) {
   EXPECT_EQ(g.ops.size(), 3u);
 }
 
+// A decoder token's merged gate/up projection: mm -> [1, 16], copies of columns 0..7 and 8..15,
+// neg of each. Both copies become views: the first at the merged result's start, the second 8
+// elements (32 bytes) into it.
+Op neg(int64_t x, int64_t out) {
+  return make_op(blob::Opcode::kUnary, {{int64_t(blob::UnaryKind::kNeg)}, {x}, {out}, {0}, {0}});
+}
+
+TEST(ViewContiguousCopies, ABlockOfAMergedProjectionIsAViewInsideIt) {
+  Graph g;
+  const int64_t x = input(g, {16}, 0);
+  const int64_t merged = g.add_tensor(blob::DType::kFloat32, {1, 16}, "merged");
+  const int64_t gate = g.add_tensor(blob::DType::kFloat32, {1, 8}, "gate");
+  const int64_t up = g.add_tensor(blob::DType::kFloat32, {1, 8}, "up");
+  const int64_t a = g.add_tensor(blob::DType::kFloat32, {1, 8}, "a");
+  const int64_t b = g.add_tensor(blob::DType::kFloat32, {1, 8}, "b");
+  g.ops = {neg(x, merged), copy(merged, gate, 8, 0), copy(merged, up, 8, 8), neg(gate, a),
+           neg(up, b)};
+  g.outputs = {a, b};
+  view_contiguous_copies(g);
+  ASSERT_EQ(g.ops.size(), 3u);
+  EXPECT_EQ(g.tensors[size_t(gate)].alias_of, merged);
+  EXPECT_EQ(g.view_offset(gate), 0u);
+  EXPECT_EQ(g.tensors[size_t(up)].alias_of, merged);
+  EXPECT_EQ(g.view_offset(up), 32u);
+  EXPECT_EQ(g.root(g.ops[2].at("x")), merged);
+  bind_outputs(g);
+  compact(g);
+  plan_memory(g);
+  // The view's record starts 32 bytes into the merged tensor's arena bytes.
+  std::vector<uint8_t> bytes = write_blob(g);
+  std::string why;
+  auto blob = kiln::engine::read_blob(bytes.data(), bytes.size(), &why);
+  ASSERT_TRUE(blob.ok()) << why;
+  const auto& tensors = blob.get().tensors;
+  const int64_t m = g.root(g.ops[1].at("x")), u = g.ops[2].at("x");
+  EXPECT_EQ(tensors[size_t(u)].offset, tensors[size_t(m)].offset + 32);
+  EXPECT_EQ(tensors[size_t(u)].nbytes, 32u);
+  EXPECT_EQ(tensors[size_t(g.ops[1].at("x"))].offset, tensors[size_t(m)].offset);
+}
+
+TEST(ViewContiguousCopies, CopiesThatAreNoContiguousBlockStay) {
+  // A strided read, a dtype change, a source written after the copy, a graph output, an input
+  // as the source.
+  Graph g;
+  const int64_t x = input(g, {16}, 0);
+  const int64_t m = g.add_tensor(blob::DType::kFloat32, {16}, "m");
+  const int64_t strided = g.add_tensor(blob::DType::kFloat32, {4}, "strided");
+  const int64_t half = g.add_tensor(blob::DType::kBFloat16, {4}, "half");
+  const int64_t late = g.add_tensor(blob::DType::kFloat32, {4}, "late");
+  const int64_t out = g.add_tensor(blob::DType::kFloat32, {4}, "out");
+  const int64_t from_input = g.add_tensor(blob::DType::kFloat32, {4}, "from_input");
+  const int64_t r1 = g.add_tensor(blob::DType::kFloat32, {4}, "r1");
+  const int64_t r2 = g.add_tensor(blob::DType::kFloat32, {4}, "r2");
+  const int64_t r3 = g.add_tensor(blob::DType::kFloat32, {4}, "r3");
+  const int64_t r4 = g.add_tensor(blob::DType::kFloat32, {4}, "r4");
+  g.ops = {neg(x, m),
+           make_op(blob::Opcode::kCopy, {{m}, {strided}, {1}, {4}, {1}, {2}, {0}, {1}}),
+           copy(m, half, 4, 4), copy(m, late, 4, 8), copy(m, out, 4, 12), copy(x, from_input, 4, 4),
+           neg(x, m), neg(strided, r1), neg(half, r2), neg(late, r3), neg(from_input, r4)};
+  g.outputs = {out, r1, r2, r3, r4};
+  const size_t before = g.ops.size();
+  view_contiguous_copies(g);
+  EXPECT_EQ(g.ops.size(), before);
+}
+
 TEST(FoldNormWeights, ANormWithAnotherReaderKeepsItsMultiply) {
   NormGraph n = bf16_rms_norm();
   drop_identity_ops(n.g);

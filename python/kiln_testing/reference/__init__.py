@@ -8,7 +8,8 @@ the blob says: one arena buffer of arena_size bytes (poisoned with 0xFF before t
 of bytes nobody wrote shows up as NaN), the weights section, and the caller's input and output
 buffers. It also enforces the format's rules that the GPU engine relies on: an op never writes a
 tensor it reads (byte ranges may not overlap), never writes inputs or weights, and every arena
-tensor it reads was last written as that same tensor (catches memory-planning mistakes). State
+tensor it reads was last written as that same tensor, or as one whose bytes hold it (a view of
+a block, from the builder's view_contiguous_copies): this catches memory-planning mistakes. State
 tensors (kState) live in buffers of their own that start as their initial value; only kIndexPut
 writes them. `ReferenceEngine` keeps that state across runs, as the engine does; `run_blob` runs
 once on fresh state.

@@ -47,6 +47,7 @@ class Machine:
         self.arena = torch.full((graph.arena_size,), 0xFF, dtype=torch.uint8)
         self.arena_writer = torch.full((graph.arena_size,), -1, dtype=torch.int64)
         self.keys = {}
+        self._extents = {}   # key -> (arena offset, bytes) of the tensor it names
         self.input_bufs = {}
         for i, (tid, x) in enumerate(zip(graph.inputs, inputs)):
             t = graph.tensors[tid]
@@ -88,16 +89,23 @@ class Machine:
         t = self.g.tensors[tid]
         if t.storage == Storage.ARENA and t.nbytes:
             writers = self.arena_writer[t.offset:t.offset + t.nbytes]
-            if not bool((writers == self._key(tid)).all()):
+            key = int(writers[0])
+            # Last written as this tensor, or as one tensor whose bytes hold this one's (a view
+            # of a block of it, as the builder makes of a merged projection's columns).
+            start, size = self._extents.get(key, (-1, 0))
+            if not bool((writers == key).all()) or start > t.offset or \
+                    start + size < t.offset + t.nbytes:
                 raise BlobExecutionError(f"tensor {tid} is read but its arena bytes "
                                          f"[{t.offset}, {t.offset + t.nbytes}) were not last "
-                                         "written as this tensor")
+                                         "written as this tensor or one holding it")
         return self.flat(tid).clone()
 
     def _key(self, tid):
         # Views of one tensor share offset and size, so they share the key.
         t = self.g.tensors[tid]
-        return self.keys.setdefault((t.offset, t.nbytes), len(self.keys))
+        key = self.keys.setdefault((t.offset, t.nbytes), len(self.keys))
+        self._extents[key] = (t.offset, t.nbytes)
+        return key
 
     def write(self, tid, index, values):
         """out_flat[index] = values (index None: the whole tensor), cast to out's dtype."""
