@@ -184,6 +184,43 @@ def test_only_projections_read_in_place_are_merged(precision, tol):
     torch.testing.assert_close(actual, module(*x), atol=tol, rtol=tol)
 
 
+class SwiGlu(nn.Module):
+    """A Llama MLP: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, width=64, hidden=96):
+        super().__init__()
+        self.gate = nn.Linear(width, hidden, bias=False)
+        self.up = nn.Linear(width, hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+@pytest.mark.parametrize("precision, tol", [("fp32", 1e-5), ("bf16", 3e-2)])
+@pytest.mark.parametrize("make", [SharedInput, SwiGlu])
+def test_projections_of_one_row_are_merged_whatever_reads_them(make, precision, tol):
+    # A decoder's token: every projection of the one row shares one matmul, and each block of it
+    # is a view inside the merged row (the builder's view_contiguous_copies), not a copy.
+    module, x = make().eval(), (randn(1, 1, 64),)
+    program = lower(module, x, precision=precision).exported_program()
+    (graph,) = blobs(program)
+    matmuls = [op for op in graph.ops if op.opcode == Opcode.MATMUL]
+    widths = sorted(op.operands["N"] for op in matmuls)
+    assert widths == ([256] if make is SharedInput else [64, 192]), opcodes(graph)
+    # No copy of a block is left; bf16 keeps its casts at the delegate's edges (the input, and
+    # SwiGlu's matmul result into the float32 output).
+    casts = 0 if precision == "fp32" else 1 if make is SharedInput else 2
+    assert opcodes(graph).count(Opcode.COPY) == casts, opcodes(graph)
+    (actual,) = run_program(program, x)
+    torch.testing.assert_close(actual, module(*x), atol=tol, rtol=tol)
+    # More than one row: the elementwise readers keep their own matmuls.
+    rows = (randn(1, 3, 64),)
+    (graph,) = blobs(lower(module, rows, precision=precision).exported_program())
+    widths = sorted(op.operands["N"] for op in graph.ops if op.opcode == Opcode.MATMUL)
+    assert widths == ([64, 192] if make is SharedInput else [64, 96, 96]), opcodes(graph)
+
+
 class PackedSplit(nn.Module):
     """GPT-2's attention: one packed c_attn projection split into q, k and v with
     split(width, dim=2), each viewed [B, S, H, D] and transposed."""

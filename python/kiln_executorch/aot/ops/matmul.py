@@ -10,7 +10,11 @@ Sibling projections (linears of one input with constant weights: an attention bl
 v) become one kMatmul over their concatenated weights, writing [.., N_q + N_k + N_v]. Each
 sibling's value is then a column block of it: readers that take an offset and strides (SDPA's
 q/k/v, kRope's x, through attention._layout) read it in place via IN_PLACE in the node's meta;
-any other reader gets a kCopy of the block, which the builder drops when nobody reads it.
+any other reader gets a kCopy of the block, which the builder drops when nobody reads it. A
+projection of one row (a decoder's token: decode's q / k / v, gate / up) merges whatever reads
+it: each block is then a contiguous run of the merged row, and the builder turns its kCopy into a
+view (view_contiguous_copies), so one GEMV streams all the weights where several each paid a
+launch and a ramp.
 """
 
 import math
@@ -216,11 +220,20 @@ def _in_rope_of(node, chain, match, depth=4):
     return bool(node.users)
 
 
+def _one_row(node):
+    """True when the projection computes one row (its blocks are contiguous in the merged row)."""
+    return math.prod(shape(node)[:-1]) == 1
+
+
+def _mergeable(node):
+    return _one_row(node) or _read_in_place(node)
+
+
 def _siblings(lw, node):
     """[(projection, its _projection tuple)] for `node` and the other projections of its input
     (node first, then graph order) that can share one kMatmul; None when there is no other."""
     mine = _projection(lw, node)
-    if mine is None or not _read_in_place(node):
+    if mine is None or not _mergeable(node):
         return None
     source = mine[0][0]
     candidates = {n for v in [source, *source.users] if isinstance(v, torch.fx.Node)
@@ -231,7 +244,7 @@ def _siblings(lw, node):
             group.append((n, mine))
         elif n in candidates and n.op == "call_function" and IN_PLACE not in n.meta:
             found = _projection(lw, n)
-            if found is not None and found[0] == mine[0] and _read_in_place(n):
+            if found is not None and found[0] == mine[0] and _mergeable(n):
                 group.append((n, found))
     return group if len(group) > 1 and group[0][0] is node else None
 
