@@ -112,6 +112,17 @@ bool writes_whole_result(const Graph& g, const Op& op) {
          product(sizes) == g.tensors[size_t(op.out())].numel();
 }
 
+// Whether op i alone writes `out` and nothing writes x's storage after it: only then may `out`
+// become a view of x (it would otherwise read other values than the copy held).
+bool may_become_view(const Graph& g, size_t i, int64_t x, int64_t out) {
+  const int64_t source_root = g.root(x);
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const int64_t written = g.root(g.ops[k].out());
+    if ((k != i && written == out) || (k > i && written == source_root)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void compose_copies(Graph& g) {
@@ -178,14 +189,7 @@ void view_contiguous_copies(Graph& g) {
            !output_roots.count(out) &&
            g.tensors[size_t(g.root(x))].storage == blob::Storage::kArena;
     }
-    // Nothing else writes the result, and nothing writes the source after the copy (the view
-    // would then read other values than the copy held).
-    const int64_t source_root = ok ? g.root(x) : kNoTensor;
-    for (size_t k = 0; ok && k < g.ops.size(); ++k) {
-      const int64_t written = g.root(g.ops[k].out());
-      ok = (k == i || written != out) && (k <= i || written != source_root);
-    }
-    if (!ok) {
+    if (!ok || !may_become_view(g, i, x, out)) {
       ++i;
       continue;
     }
@@ -207,14 +211,9 @@ void drop_identity_ops(Graph& g) {
     // The result must be a plain arena tensor this op alone writes, and the operand's storage
     // must not change after this op (a state the step updates, a buffer filled in pieces), or the
     // view would read other values than the copy held.
-    bool ok = x != kNoTensor && o.alias_of == kNoTensor && o.storage == blob::Storage::kArena &&
-              !output_roots.count(out);
-    const int64_t source_root = ok ? g.root(x) : kNoTensor;
-    for (size_t k = 0; ok && k < g.ops.size(); ++k) {
-      const int64_t written = g.root(g.ops[k].out());
-      ok = (k == i || written != out) && (k <= i || written != source_root);
-    }
-    if (!ok) {
+    const bool ok = x != kNoTensor && o.alias_of == kNoTensor &&
+                    o.storage == blob::Storage::kArena && !output_roots.count(out);
+    if (!ok || !may_become_view(g, i, x, out)) {
       ++i;
       continue;
     }
