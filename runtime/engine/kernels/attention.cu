@@ -311,9 +311,11 @@ Error allow_smem(size_t bytes, size_t op) {
 }
 
 // Split-K applies to few query tiles over many keys (decode over a KV cache): at most this many
-// splits, each of at least kMinSplitKeys keys.
+// splits, each of at least kMinSplitKeys keys. A CTA walks its tiles one after another, each
+// waiting on its K/V loads, so short splits (two tiles) over many CTAs beat long ones: a
+// Llama-1B decode layer's attention over a 2048-row cache took 22 us in 9 splits of 8 tiles.
 constexpr int kMaxSplits = 32;
-constexpr int64_t kMinSplitKeys = 128;
+constexpr int64_t kMinSplitKeys = 64;
 constexpr int64_t kMaxSplitQueries = 16;
 
 bool may_split(const AttentionArgs& a) {
@@ -350,14 +352,14 @@ class AttentionStep final : public Step {
   }
 
   /// Splits of the keys (and their length, whole tiles) so that few query tiles still give
-  /// about two CTAs per SM; 1 (no split) where the CTAs already fill the device.
+  /// about eight CTAs per SM; 1 (no split) where the CTAs already fill the device.
   void splits_for(int r, int max_blocks, Params& p) const {
     p.splits = 1;
     p.chunk = a_.seq_kv;
     p.partial = partial_;
     if (partial_ == nullptr) return;
     const int64_t ctas = a_.batch * a_.heads_q * ((a_.seq_q + kWarps * r - 1) / (kWarps * r));
-    int64_t splits = (max_blocks / 4 + ctas - 1) / ctas;
+    int64_t splits = (max_blocks + ctas - 1) / ctas;   // about 8 CTAs per SM
     splits = std::min<int64_t>({splits, kMaxSplits, a_.seq_kv / kMinSplitKeys});
     if (splits <= 1) return;
     const int64_t tiles = (a_.seq_kv + kKeys - 1) / kKeys;
