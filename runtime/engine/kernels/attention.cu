@@ -313,7 +313,8 @@ Error allow_smem(size_t bytes, size_t op) {
 // Split-K applies to few query tiles over many keys (decode over a KV cache): at most this many
 // splits, each of at least kMinSplitKeys keys. A CTA walks its tiles one after another, each
 // waiting on its K/V loads, so short splits (two tiles) over many CTAs beat long ones: a
-// Llama-1B decode layer's attention over a 2048-row cache took 22 us in 9 splits of 8 tiles.
+// two-layer Llama-1B cut's decode at context 1024 went from 0.748 to 0.554 ms a token when its
+// 2048-row cache went from 9 splits of 8 tiles to 32 of 2.
 constexpr int kMaxSplits = 32;
 constexpr int64_t kMinSplitKeys = 64;
 constexpr int64_t kMaxSplitQueries = 16;
