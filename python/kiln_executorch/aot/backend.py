@@ -189,6 +189,7 @@ def build_variant_set(edge_program, precision=Precision.FP32, layout="channels_l
     the delegate input shapes of its own lowering."""
     symbols = program_symbols(edge_program)
     ranges = getattr(edge_program, "range_constraints", None)
-    return builder.build_variant_set([lower_graph(specialise(edge_program, a), precision, weights)
+    return builder.build_variant_set([lower_graph(specialise(edge_program, a), precision, weights,
+                                                  merge_one_row=False)
                                       for a in assignments(symbols, ranges)],
                                      _passes(True, layout))

@@ -43,10 +43,14 @@ from .ops.common import dtype as _dtype, shape as _shape
 __all__ = ["KilnLoweringError", "Value", "lower_graph"]
 
 
-def lower_graph(edge_program, precision=Precision.FP32, weights=None) -> Graph:
+def lower_graph(edge_program, precision=Precision.FP32, weights=None,
+                merge_one_row=True) -> Graph:
     """Edge program of one partition -> lowered, unplanned Kiln IR (the C++ builder's input).
-    weights: None, or a quantize.SCHEMES name for the matmuls whose weight is a constant."""
-    g = _Lowering(edge_program, weights).run()
+    weights: None, or a quantize.SCHEMES name for the matmuls whose weight is a constant.
+    merge_one_row: merge every projection of a one-row input (ops/matmul.py); off for the
+    variants of a variant set, whose weights are stored once only when every variant has the
+    same (a one-row variant would carry concatenated copies)."""
+    g = _Lowering(edge_program, weights, merge_one_row).run()
     g.precision = precision
     return g
 
@@ -64,9 +68,10 @@ _SWAPPED = {BinaryKind.ADD: BinaryKind.ADD, BinaryKind.MUL: BinaryKind.MUL,
 class _Lowering:
     """Walks the partition's graph once, in order, emitting IR ops for each node."""
 
-    def __init__(self, ep, weights=None):
+    def __init__(self, ep, weights=None, merge_one_row=True):
         self.ep = ep
         self.weights = weights   # quantization of constant matmul weights (ops/matmul.py)
+        self.merge_one_row = merge_one_row   # ops/matmul.py's one-row sibling merges
         self.g = Graph()
         self.tid = {}        # fx node -> tensor id (a tuple for multi-output ops)
         self.const = {}      # fx node -> its value, known ahead of time

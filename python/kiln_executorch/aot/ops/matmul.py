@@ -14,7 +14,8 @@ any other reader gets a kCopy of the block, which the builder drops when nobody 
 projection of one row (a decoder's token: decode's q / k / v, gate / up) merges whatever reads
 it: each block is then a contiguous run of the merged row, and the builder turns its kCopy into a
 view (view_contiguous_copies), so one GEMV streams all the weights where several each paid a
-launch and a ramp.
+launch and a ramp (not in a variant set's variants, which share their weights only when all have
+the same).
 """
 
 import math
@@ -225,15 +226,15 @@ def _one_row(node):
     return math.prod(shape(node)[:-1]) == 1
 
 
-def _mergeable(node):
-    return _one_row(node) or _read_in_place(node)
+def _mergeable(lw, node):
+    return (lw.merge_one_row and _one_row(node)) or _read_in_place(node)
 
 
 def _siblings(lw, node):
     """[(projection, its _projection tuple)] for `node` and the other projections of its input
     (node first, then graph order) that can share one kMatmul; None when there is no other."""
     mine = _projection(lw, node)
-    if mine is None or not _mergeable(node):
+    if mine is None or not _mergeable(lw, node):
         return None
     source = mine[0][0]
     candidates = {n for v in [source, *source.users] if isinstance(v, torch.fx.Node)
@@ -244,7 +245,7 @@ def _siblings(lw, node):
             group.append((n, mine))
         elif n in candidates and n.op == "call_function" and IN_PLACE not in n.meta:
             found = _projection(lw, n)
-            if found is not None and found[0] == mine[0] and _mergeable(n):
+            if found is not None and found[0] == mine[0] and _mergeable(lw, n):
                 group.append((n, found))
     return group if len(group) > 1 and group[0][0] is node else None
 
