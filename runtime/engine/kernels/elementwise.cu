@@ -484,11 +484,11 @@ __device__ __forceinline__ void stage_program(const FusedProgram& prog, FusedIns
   __syncthreads();
 }
 
-// The program's instructions and the register file live in shared memory: indexed by values
-// known only at run time (the instruction count, each instruction's source registers), kernel
-// parameters and a per-thread array would be copied to local memory by every thread (about 1 KB
-// each), which made a 1M-element SwiGLU take 45 us. Every parameter read below has a constant
-// index. regs[r][threadIdx.x]: consecutive threads in consecutive banks.
+// The program's instructions and the register file live in shared memory: a per-thread register
+// array indexed by values known only at run time (each instruction's source registers) sat in
+// local memory (a 208-byte stack frame); here a 1M-element SwiGLU took 20 us where it took 45.
+// Every parameter read below has a constant index. regs[r][threadIdx.x]: consecutive threads in
+// consecutive banks.
 template <typename Index>
 __global__ void __launch_bounds__(kBlock) fused_kernel(void* __restrict__ out,
                                                        const FusedProgram prog,
@@ -510,44 +510,6 @@ __global__ void __launch_bounds__(kBlock) fused_kernel(void* __restrict__ out,
     }
     const float v = run_program(instrs, prog.num_inputs, prog.num_instrs, r);
     store_f64(out, prog.out_dtype, off[0], static_cast<double>(v));
-  }
-}
-
-// Every operand contiguous over the whole index space and of one floating dtype T (a SwiGLU's
-// silu(gate) * up, a residual chain): kWidth elements per 16-byte access and no index
-// arithmetic. kWidth 1 where an operand is not 16-byte aligned.
-template <typename T, int kWidth>
-__global__ void __launch_bounds__(kBlock) fused_contiguous_kernel(T* __restrict__ out,
-                                                                  const FusedProgram prog,
-                                                                  int64_t n) {
-  __shared__ FusedInstrDev instrs[blob::kMaxFusedInstrs];
-  __shared__ float regs[kFusedRegisters][kBlock];
-  stage_program(prog, instrs);
-  float* r = &regs[0][threadIdx.x];
-  using P = Pack<T, kWidth>;
-  for (int64_t i = thread_index(); i < n / kWidth; i += thread_count()) {
-    P in[blob::kMaxFusedInputs];
-#pragma unroll
-    for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
-      if (k < prog.num_inputs) in[k] = static_cast<const P*>(prog.in[k])[i];
-    }
-    P o;
-#pragma unroll 1  // one copy of the interpreter: unrolled copies overflow the instruction cache
-    for (int e = 0; e < kWidth; ++e) {
-#pragma unroll
-      for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
-        if (k < prog.num_inputs) r[k * kBlock] = to_float(in[k].v[e]);
-      }
-      o.v[e] = from_float<T>(run_program(instrs, prog.num_inputs, prog.num_instrs, r));
-    }
-    reinterpret_cast<P*>(out)[i] = o;
-  }
-  for (int64_t i = n / kWidth * kWidth + thread_index(); i < n; i += thread_count()) {
-#pragma unroll
-    for (int k = 0; k < static_cast<int>(blob::kMaxFusedInputs); ++k) {
-      if (k < prog.num_inputs) r[k * kBlock] = to_float(static_cast<const T*>(prog.in[k])[i]);
-    }
-    out[i] = from_float<T>(run_program(instrs, prog.num_inputs, prog.num_instrs, r));
   }
 }
 
@@ -602,18 +564,18 @@ class FusedStep final : public Step {
                          static_cast<int32_t>(in.kind), static_cast<float>(in.p0),
                          static_cast<float>(in.p1), in.round};
     }
-    // The contiguous kernel: one floating dtype throughout, every operand walked densely.
-    contiguous_ = is_floating(prog_.out_dtype) && loop_.rank <= 1;
-    for (uint32_t k = 0; k < args.num_inputs && contiguous_; ++k) {
-      contiguous_ = prog_.in_dtype[k] == prog_.out_dtype && (loop_.rank == 0 || loop_.strides[1 + k][0] == 1);
-    }
-    if (contiguous_) match_glu(args);
+    match_glu(args);
   }
 
-  // act(r_a) * r_b, each rounded to the dtype: [unary act of input a][binary mul of r2 and the
-  // other input], with no scalar factor.
+  // act(r_a) * r_b over contiguous operands of one floating dtype, each step rounded to it:
+  // [unary act of input a][binary mul of r2 and the other input], with no scalar factor.
   void match_glu(const FusedElementwiseArgs& args) {
     if (args.num_inputs != 2 || args.num_instrs != 2) return;
+    if (!is_floating(prog_.out_dtype) || loop_.rank > 1) return;
+    for (uint32_t k = 0; k < 2; ++k) {
+      if (prog_.in_dtype[k] != prog_.out_dtype) return;
+      if (loop_.rank == 1 && loop_.strides[1 + k][0] != 1) return;
+    }
     const FusedInstr& u = args.instrs[0];
     const FusedInstr& m = args.instrs[1];
     const DType t = prog_.out_dtype;
@@ -665,30 +627,17 @@ class FusedStep final : public Step {
       prog.in[k] = ctx.ptr(args_.inputs[k]);
     }
     void* out = ctx.ptr(args_.out);
-    if (contiguous_) {
-      bool aligned = alignment_of(out) >= 16;
-      for (uint32_t k = 0; k < args_.num_inputs; ++k) aligned = aligned && alignment_of(prog.in[k]) >= 16;
+    if (glu_) {
+      const bool aligned = alignment_of(out) >= 16 && alignment_of(prog.in[0]) >= 16 &&
+                           alignment_of(prog.in[1]) >= 16;
       visit_floating(prog_.out_dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        constexpr int kWidth = 16 / sizeof(T);
-        if (glu_) {
-          const T* a = static_cast<const T*>(prog.in[glu_act_input_]);
-          const T* b = static_cast<const T*>(prog.in[1 - glu_act_input_]);
-          if (aligned) {
-            launch_glu<T, kWidth>(static_cast<T*>(out), a, b, ctx);
-          } else {
-            launch_glu<T, 1>(static_cast<T*>(out), a, b, ctx);
-          }
-          return;
-        }
+        const T* a = static_cast<const T*>(prog.in[glu_act_input_]);
+        const T* b = static_cast<const T*>(prog.in[1 - glu_act_input_]);
         if (aligned) {
-          const unsigned blocks = blocks_for(loop_.numel / kWidth + 1, kBlock, ctx.max_blocks);
-          fused_contiguous_kernel<T, kWidth><<<blocks, kBlock, 0, ctx.stream>>>(
-              static_cast<T*>(out), prog, loop_.numel);
+          launch_glu<T, 16 / sizeof(T)>(static_cast<T*>(out), a, b, ctx);
         } else {
-          const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
-          fused_contiguous_kernel<T, 1><<<blocks, kBlock, 0, ctx.stream>>>(
-              static_cast<T*>(out), prog, loop_.numel);
+          launch_glu<T, 1>(static_cast<T*>(out), a, b, ctx);
         }
       });
       return Error::Ok;
@@ -706,7 +655,6 @@ class FusedStep final : public Step {
   FusedElementwiseArgs args_;
   FusedProgram prog_{};
   StridedLoop<kFusedOperands> loop_;
-  bool contiguous_ = false;
   bool glu_ = false;  // the program is act(input a) * input b (glu_kernel)
   UnaryKind glu_kind_ = UnaryKind::kSilu;
   int32_t glu_act_input_ = 0;

@@ -1,7 +1,8 @@
 // The elementwise ops on a GPU against a float64 host reference (engine_gpu_fixture.h says how):
 // every binary and unary kind, with broadcasting, integer exactness and the vector and scalar
 // paths; where; and the fused elementwise programs against the same chain unfused (strided and
-// broadcast operands, and contiguous ones of one dtype, the vectorised kernel).
+// broadcast operands, and contiguous ones of one dtype, whose gated activation has a kernel of its
+// own).
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <gtest/gtest.h>
@@ -378,7 +379,7 @@ TEST_F(EngineGpu, FusedElementwiseBf16MatchesTheUnfusedChain) {
 
 // Programs over contiguous operands of one dtype, 3 x 1001 elements (16-byte accesses and a
 // tail), each bit-identical to the same chain unfused and close to a float64 host reference, in
-// fp32, fp16 and bf16: silu(g) * u + 0.25 (the vectorised interpreter), silu(g) * u and
+// fp32, fp16 and bf16: silu(g) * u + 0.25 (the interpreter's kernel), silu(g) * u and
 // u * gelu_tanh(g) with g the second input (both the gated-activation kernel).
 enum class Glu { kSiluMulAdd, kSiluMul, kMulGeluTanhSwapped };
 
