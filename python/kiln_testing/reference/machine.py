@@ -46,8 +46,8 @@ class Machine:
             raise ValueError(f"blob takes {len(graph.inputs)} inputs, got {len(inputs)}")
         self.arena = torch.full((graph.arena_size,), 0xFF, dtype=torch.uint8)
         self.arena_writer = torch.full((graph.arena_size,), -1, dtype=torch.int64)
-        self.keys = {}
-        self._extents = {}   # key -> (arena offset, bytes) of the tensor it names
+        self.keys = {}       # (arena offset, bytes) -> key, numbered in order
+        self.extents = []    # key -> (arena offset, bytes)
         self.input_bufs = {}
         for i, (tid, x) in enumerate(zip(graph.inputs, inputs)):
             t = graph.tensors[tid]
@@ -92,7 +92,7 @@ class Machine:
             key = int(writers[0])
             # Last written as this tensor, or as one tensor whose bytes hold this one's (a view
             # of a block of it, as the builder makes of a merged projection's columns).
-            start, size = self._extents.get(key, (-1, 0))
+            start, size = self.extents[key] if key >= 0 else (-1, 0)
             if not bool((writers == key).all()) or start > t.offset or \
                     start + size < t.offset + t.nbytes:
                 raise BlobExecutionError(f"tensor {tid} is read but its arena bytes "
@@ -103,9 +103,11 @@ class Machine:
     def _key(self, tid):
         # Views of one tensor share offset and size, so they share the key.
         t = self.g.tensors[tid]
-        key = self.keys.setdefault((t.offset, t.nbytes), len(self.keys))
-        self._extents[key] = (t.offset, t.nbytes)
-        return key
+        extent = (t.offset, t.nbytes)
+        if extent not in self.keys:
+            self.keys[extent] = len(self.extents)
+            self.extents.append(extent)
+        return self.keys[extent]
 
     def write(self, tid, index, values):
         """out_flat[index] = values (index None: the whole tensor), cast to out's dtype."""
