@@ -19,6 +19,31 @@
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1);} } while (0)
 using T = __nv_bfloat16;
 
+// x[v * 8 .. v * 8 + 7] (fp32, staged) dotted with the 8 bf16 weights of one 16-byte load.
+__device__ __forceinline__ float dot8(const uint4& packed, const float* staged, int v) {
+  const T* w = reinterpret_cast<const T*>(&packed);
+  const float4* x = reinterpret_cast<const float4*>(staged + v * 8);
+  const float4 a = x[0], b = x[1];
+  return __bfloat162float(w[0]) * a.x + __bfloat162float(w[1]) * a.y + __bfloat162float(w[2]) * a.z +
+         __bfloat162float(w[3]) * a.w + __bfloat162float(w[4]) * b.x + __bfloat162float(w[5]) * b.y +
+         __bfloat162float(w[6]) * b.z + __bfloat162float(w[7]) * b.w;
+}
+
+// A warp's C column sums reduced across its lanes; lane c writes column col0 + c.
+template <int C>
+__device__ __forceinline__ void store_columns(float (&acc)[C], int lane, int col0, int n, T* out) {
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    for (int o = 16; o; o /= 2) acc[c] += __shfl_xor_sync(~0u, acc[c], o);
+  }
+  if (lane < C && col0 + lane < n) {
+    float v = acc[0];
+#pragma unroll
+    for (int c = 1; c < C; ++c) if (lane == c) v = acc[c];
+    out[col0 + lane] = __float2bfloat16(v);
+  }
+}
+
 // V0: the current kernel: a warp per column, x staged fp32 in smem, unroll 4.
 __global__ void __launch_bounds__(256) v0(const T* x, const T* w, T* out, int n, int k) {
   extern __shared__ float staged[];
@@ -31,11 +56,7 @@ __global__ void __launch_bounds__(256) v0(const T* x, const T* w, T* out, int n,
 #pragma unroll 4
     for (int v = lane; v < k / 8; v += 32) {
       const uint4 p = __ldg(row + v);
-      const T* ww = reinterpret_cast<const T*>(&p);
-      const float4* xx = reinterpret_cast<const float4*>(staged + v * 8);
-      float4 a = xx[0], b = xx[1];
-      acc += __bfloat162float(ww[0]) * a.x + __bfloat162float(ww[1]) * a.y + __bfloat162float(ww[2]) * a.z + __bfloat162float(ww[3]) * a.w
-           + __bfloat162float(ww[4]) * b.x + __bfloat162float(ww[5]) * b.y + __bfloat162float(ww[6]) * b.z + __bfloat162float(ww[7]) * b.w;
+      acc += dot8(p, staged, v);
     }
     for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(~0u, acc, o);
     if (lane == 0) out[col] = __float2bfloat16(acc);
@@ -43,8 +64,8 @@ __global__ void __launch_bounds__(256) v0(const T* x, const T* w, T* out, int n,
 }
 
 // V1<C, U>: a warp computes C adjacent columns; per step each lane loads one uint4 of each
-// column (C loads), U steps unrolled; x staged as bf16 pairs? no: fp32 in smem, read once per
-// step for all C columns. The first step's weights are loaded before staging x.
+// column (C loads), U steps unrolled; x staged fp32 in smem and read once per step for all C
+// columns. The first step's weights are loaded before staging x.
 template <int C, int U>
 __global__ void __launch_bounds__(256) v1(const T* x, const T* w, T* out, int n, int k) {
   extern __shared__ float staged[];
@@ -60,13 +81,7 @@ __global__ void __launch_bounds__(256) v1(const T* x, const T* w, T* out, int n,
   __syncthreads();
   if (col0 >= n) return;
   float acc[C] = {};
-  auto fma8 = [&](const uint4& p, int v, float& a) {
-    const T* ww = reinterpret_cast<const T*>(&p);
-    const float4* xx = reinterpret_cast<const float4*>(staged + v * 8);
-    float4 q = xx[0], r = xx[1];
-    a += __bfloat162float(ww[0]) * q.x + __bfloat162float(ww[1]) * q.y + __bfloat162float(ww[2]) * q.z + __bfloat162float(ww[3]) * q.w
-       + __bfloat162float(ww[4]) * r.x + __bfloat162float(ww[5]) * r.y + __bfloat162float(ww[6]) * r.z + __bfloat162float(ww[7]) * r.w;
-  };
+  auto fma8 = [&](const uint4& p, int v, float& a) { a += dot8(p, staged, v); };
 #pragma unroll
   for (int c = 0; c < C; ++c) fma8(first[c], lane, acc[c]);
   for (int s = 1; s < steps; s += U) {
@@ -82,16 +97,7 @@ __global__ void __launch_bounds__(256) v1(const T* x, const T* w, T* out, int n,
 #pragma unroll
         for (int c = 0; c < C; ++c) fma8(p[u][c], (s + u) * 32 + lane, acc[c]);
   }
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    for (int o = 16; o; o /= 2) acc[c] += __shfl_xor_sync(~0u, acc[c], o);
-  }
-  if (lane < C && col0 + lane < n) {
-    float v = acc[0];
-#pragma unroll
-    for (int c = 1; c < C; ++c) if (lane == c) v = acc[c];
-    out[col0 + lane] = __float2bfloat16(v);
-  }
+  store_columns<C>(acc, lane, col0, n, out);
 }
 
 // V2<C>: like V1 but the steps of a warp are split across the block's warps for long K
@@ -112,11 +118,7 @@ __global__ void __launch_bounds__(256) v2(const T* x, const T* w, T* out, int n,
     for (int c = 0; c < C; ++c) p[c] = col0 + c < n ? __ldg(reinterpret_cast<const uint4*>(w + size_t(col0 + c) * k) + s * 32 + lane) : make_uint4(0,0,0,0);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
-      const T* ww = reinterpret_cast<const T*>(&p[c]);
-      const float4* xx = reinterpret_cast<const float4*>(staged + (s * 32 + lane) * 8);
-      float4 q = xx[0], r = xx[1];
-      acc[c] += __bfloat162float(ww[0]) * q.x + __bfloat162float(ww[1]) * q.y + __bfloat162float(ww[2]) * q.z + __bfloat162float(ww[3]) * q.w
-              + __bfloat162float(ww[4]) * r.x + __bfloat162float(ww[5]) * r.y + __bfloat162float(ww[6]) * r.z + __bfloat162float(ww[7]) * r.w;
+      acc[c] += dot8(p[c], staged, s * 32 + lane);
     }
   }
 #pragma unroll
@@ -153,13 +155,7 @@ __global__ void __launch_bounds__(256) v3(const T* x, const T* w, T* out, int n,
   __syncthreads();
   if (col0 >= n) return;
   float acc[C] = {};
-  auto fma8 = [&](const uint4& p, int v, float& a) {
-    const T* ww = reinterpret_cast<const T*>(&p);
-    const float4* xx = reinterpret_cast<const float4*>(staged + v * 8);
-    float4 q = xx[0], r = xx[1];
-    a += __bfloat162float(ww[0]) * q.x + __bfloat162float(ww[1]) * q.y + __bfloat162float(ww[2]) * q.z + __bfloat162float(ww[3]) * q.w
-       + __bfloat162float(ww[4]) * r.x + __bfloat162float(ww[5]) * r.y + __bfloat162float(ww[6]) * r.z + __bfloat162float(ww[7]) * r.w;
-  };
+  auto fma8 = [&](const uint4& p, int v, float& a) { a += dot8(p, staged, v); };
 #pragma unroll
   for (int u = 0; u < U; ++u)
     if (u < steps)
@@ -178,16 +174,7 @@ __global__ void __launch_bounds__(256) v3(const T* x, const T* w, T* out, int n,
 #pragma unroll
         for (int c = 0; c < C; ++c) fma8(p[u][c], (s + u) * 32 + lane, acc[c]);
   }
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    for (int o = 16; o; o /= 2) acc[c] += __shfl_xor_sync(~0u, acc[c], o);
-  }
-  if (lane < C && col0 + lane < n) {
-    float v = acc[0];
-#pragma unroll
-    for (int c = 1; c < C; ++c) if (lane == c) v = acc[c];
-    out[col0 + lane] = __float2bfloat16(v);
-  }
+  store_columns<C>(acc, lane, col0, n, out);
 }
 
 // A small dependent kernel between GEMVs (a norm's stand-in): reads the GEMV's output and writes x.
