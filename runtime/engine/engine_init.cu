@@ -112,8 +112,10 @@ Error CudaEngine::init() {
   KILN_TRY(cuda_status(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), Error::Internal,
                        "Kiln engine: cannot create a CUDA event on device %d", device_));
   s->done.reset(done);
-  // kAttention: fp32 prefill shapes run as cuBLASLt GEMMs (attention_gemm.cu).
-  if (has_opcode(graph_, blob::Opcode::kMatmul) || has_opcode(graph_, blob::Opcode::kAttention)) {
+  // kAttention: fp32 prefill shapes run as cuBLASLt GEMMs (attention_gemm.cu); kQuantMatmul:
+  // M > 16 rows multiply dequantized weight chunks (quant_matmul.cu).
+  if (has_opcode(graph_, blob::Opcode::kMatmul) || has_opcode(graph_, blob::Opcode::kAttention) ||
+      has_opcode(graph_, blob::Opcode::kQuantMatmul)) {
     KILN_ASSIGN_OR_RETURN(s->lt, kernels::create_cublas_lt());
   }
   if (has_opcode(graph_, blob::Opcode::kConv2d) || kernels::graph_has_cudnn_attention(graph_)) {

@@ -22,14 +22,6 @@ using executorch::runtime::Result;
 
 using ll = long long;
 
-cudaDataType_t cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16: return CUDA_R_16F;
-    case DType::kBFloat16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
-  }
-}
-
 // out = act(out + beta * bias[row * rs + col * cs]) over [batch, M, N]; bias may be null.
 template <typename T>
 __global__ void matmul_epilogue_kernel(T* __restrict__ out, int64_t total, int64_t m, int64_t n,
@@ -108,15 +100,15 @@ class MatmulStep final : public Step {
     KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)));
     KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (lt_bias_) {
-      const int32_t bias_type = cuda_type(bias_dtype_);  // equal to out's, stated explicitly
+      const int32_t bias_type = cublas_type(bias_dtype_);  // equal to out's, stated explicitly
       KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
 
     const uint64_t m = static_cast<uint64_t>(a_.m);
     const uint64_t n = static_cast<uint64_t>(a_.n);
     const uint64_t k = static_cast<uint64_t>(a_.k);
-    const cudaDataType_t in_type = cuda_type(in_dtype_);
-    const cudaDataType_t out_type = cuda_type(out_dtype_);
+    const cudaDataType_t in_type = cublas_type(in_dtype_);
+    const cudaDataType_t out_type = cublas_type(out_dtype_);
     // Our b: K x N row-major (N x K when trans_b) = N x K (K x N) column-major.
     KILN_TRY(make_layout(layout_a_, in_type, a_.trans_b ? k : n, a_.trans_b ? n : k,
                          a_.trans_b ? a_.k : a_.n, a_.b_batch_stride));

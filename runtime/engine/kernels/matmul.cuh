@@ -17,6 +17,15 @@ using Preference = UniqueHandle<cublasLtMatmulPreference_t, cublasLtMatmulPrefer
 /// Workspace every matmul step is given (the size cuBLAS recommends for Hopper).
 inline constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;
 
+/// cuBLASLt's name for a floating storage dtype (fp32 for anything else).
+inline cudaDataType_t cublas_type(blob::DType dtype) {
+  switch (dtype) {
+    case blob::DType::kFloat16: return CUDA_R_16F;
+    case blob::DType::kBFloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
 executorch::runtime::Result<UniqueCublasLt> create_cublas_lt();
 
 StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx);

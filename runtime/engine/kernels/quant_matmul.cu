@@ -1,8 +1,14 @@
 #include "runtime/engine/kernels/quant_matmul.cuh"
 
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
 #include "format/fail.h"
 #include "format/quant_layout.h"
+#include "runtime/engine/cuda_check.h"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/matmul.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -159,21 +165,75 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Activation rows per block for M rows: the smallest power of two >= M, at most kMaxRows.
+// Activation rows per block for M <= kMaxRows rows: the smallest power of two >= M.
 //
-// What M > 16 (a prefill) costs: ceil(M / 16) chunks, each the decode kernel's work over the
-// whole weight. The chunks of one row block are consecutive blocks, so they run at about the same
-// time and all but the first read the weight from L2: HBM traffic stays near one pass. The
-// arithmetic does not: fp32 FMAs on CUDA cores with every activation read from shared memory for
-// each weight row (16 rows x 64 bytes of staged floats per 16-byte int8 vector), so a chunk of 16
-// rows is bound by shared-memory bandwidth at roughly 0.5 TB/s of weight on an H200 and a prefill
-// of M rows takes about M / 16 times the weight bytes over that, e.g. ~20 ms for 128 tokens of the
-// 1B shape against ~1.5 ms for a bf16 tensor-core GEMM. A tiled kernel (dequantized weight tiles
-// in shared memory feeding mma, or cuBLASLt on a dequantized copy) is what prefill needs.
+// Why M > kMaxRows (a prefill) does not run this kernel: ceil(M / 16) chunks would each do the
+// decode kernel's work over the whole weight, fp32 FMAs on CUDA cores bound by shared-memory
+// bandwidth at roughly 0.5 TB/s of weight on an H200, so 128 tokens of the 1B shape took ~20 ms
+// against ~1.5 ms for a bf16 tensor-core GEMM. Those M run the dense path below instead.
 int rows_per_chunk(int64_t m) {
   int rows = 1;
   while (rows < m && rows < kMaxRows) rows *= 2;
   return rows;
+}
+
+// --- The dense path (M > kMaxRows): dequantize, then a tensor-core GEMM. ---
+// The weight is dequantized to x's dtype (q * scale, rounded once: bf16 keeps int8/int4 values
+// exactly and rounds the scaled value as a bf16 model's weight is rounded) one chunk of output
+// rows at a time into the workspace, and cuBLASLt multiplies each chunk into its columns of out
+// (leading dimension N), bias, residual and relu / tanh-GELU in its epilogue. A chunk is at most
+// kDenseChunkBytes, so the workspace stays small for an LM head and the chunk is still in L2
+// (50 MB on an H200) when the GEMM reads it back. The price against a bf16 model: the int8
+// bytes read plus the chunk written and read back, about 2.5x the bf16 weight traffic for int8.
+constexpr size_t kDenseChunkBytes = size_t{32} << 20;
+// Output rows per chunk are a multiple of this, so each chunk's slice of out, residual and bias
+// keeps the base's alignment (64 rows of 2 bytes: 128).
+constexpr int64_t kChunkRowQuantum = 64;
+
+// KILN_QUANT_DENSE=off: every M runs the CUDA-core kernel (for comparing the two).
+bool dense_path_disabled() {
+  const char* env = std::getenv("KILN_QUANT_DENSE");
+  return env != nullptr && std::strcmp(env, "off") == 0;
+}
+
+// w[r, k] = q[n0 + r, k] * scale for r < rows: one thread per packed 16-byte vector, written with
+// 16-byte stores where each row of K values is a whole number of them (`vector_stores`).
+template <typename T, int kBits>
+__global__ void dequantize_rows_kernel(const uint4* __restrict__ weight,
+                                       const float* __restrict__ scales, T* __restrict__ w,
+                                       const Shape s, int64_t n0, int64_t rows,
+                                       bool vector_stores) {
+  constexpr int kElems = 128 / kBits;
+  constexpr int kStores = kElems * int(sizeof(T)) / 16;
+  const int64_t total = rows * s.row_vectors;
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    const int64_t r = i / s.row_vectors, c = i - r * s.row_vectors;
+    const int64_t n = n0 + r, k0 = c * kElems;
+    float q[kElems];
+    dequantize<kBits>(__ldg(weight + n * s.row_vectors + c), q);
+    // A vector never straddles two groups: group_size is K or a multiple of 32 >= kElems.
+    const float scale = __ldg(scales + n * s.groups + k0 / s.group_size);
+    T* dst = w + r * s.k + k0;
+    if (vector_stores && k0 + kElems <= s.k) {
+      alignas(16) T packed[kElems];
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) packed[e] = from_float<T>(q[e] * scale);
+#pragma unroll
+      for (int j = 0; j < kStores; ++j) {
+        reinterpret_cast<uint4*>(dst)[j] = reinterpret_cast<const uint4*>(packed)[j];
+      }
+    } else {
+      for (int e = 0; e < kElems && k0 + e < s.k; ++e) dst[e] = from_float<T>(q[e] * scale);
+    }
+  }
+}
+
+// out = act(out) over [M, N]: the activations cuBLASLt's epilogue has no form of.
+template <typename T>
+__global__ void activation_kernel(T* __restrict__ out, int64_t total, Epilogue act) {
+  for (int64_t i = thread_index(); i < total; i += thread_count()) {
+    out[i] = from_float<T>(apply_epilogue(to_float(out[i]), act));
+  }
 }
 
 class QuantMatmulStep final : public Step {
@@ -182,23 +242,24 @@ class QuantMatmulStep final : public Step {
       : a_(a), dtype_(graph.tensors[a.x].dtype) {}
 
   Error init(const InitContext& ctx) {
+    op_ = ctx.op_index;
     if (ctx.alignment[size_t(a_.weight)] < blob::kQuantRowAlignment) {
       return fail(nullptr, Error::InvalidProgram,
                   "Kiln op %zu (QuantMatmul): the packed weight (tensor %lld) is %u-byte aligned; "
                   "its 16-byte row loads need 16",
-                  ctx.op_index, static_cast<long long>(a_.weight),
-                  ctx.alignment[size_t(a_.weight)]);
+                  op_, static_cast<long long>(a_.weight), ctx.alignment[size_t(a_.weight)]);
     }
     rows_ = rows_per_chunk(a_.m);
     shape_ = {a_.m, a_.n, a_.k,
               blob::quant_row_words(a_.k, a_.bits) / 4, a_.k / a_.group_size, a_.group_size,
               static_cast<int>((a_.m + rows_ - 1) / rows_)};
+    if (a_.m > kMaxRows && a_.n > 0 && !dense_path_disabled()) return init_dense(ctx);
     const int64_t row_blocks = (a_.n + kWarps - 1) / kWarps;
     if (a_.m > 0 && row_blocks * shape_.chunks > INT32_MAX) {
       return fail(nullptr, Error::NotSupported,
                   "Kiln op %zu (QuantMatmul): M = %lld, N = %lld need %lld thread blocks, more "
                   "than a grid holds",
-                  ctx.op_index, static_cast<long long>(a_.m), static_cast<long long>(a_.n),
+                  op_, static_cast<long long>(a_.m), static_cast<long long>(a_.n),
                   static_cast<long long>(row_blocks * shape_.chunks));
     }
     blocks_ = static_cast<unsigned>(row_blocks * shape_.chunks);
@@ -207,6 +268,7 @@ class QuantMatmulStep final : public Step {
 
   Error enqueue(const RunContext& ctx) override {
     if (a_.m == 0 || a_.n == 0) return Error::Ok;
+    if (dense_) return enqueue_dense(ctx);
     visit_floating(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       switch (rows_) {
@@ -218,6 +280,10 @@ class QuantMatmulStep final : public Step {
       }
     });
     return Error::Ok;
+  }
+
+  size_t workspace_bytes() const override {
+    return dense_ ? chunk_offset() + kMatmulWorkspaceBytes : 0;
   }
 
  private:
@@ -238,11 +304,216 @@ class QuantMatmulStep final : public Step {
     }
   }
 
+  // One chunk shape's cuBLASLt layouts and algorithm: the full chunk, and the last one when
+  // N is not a multiple of it.
+  struct ChunkPlan {
+    int64_t rows = 0;
+    Layout w, d;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  Error lt_status(cublasStatus_t s, const char* what) const {
+    if (s == CUBLAS_STATUS_SUCCESS) return Error::Ok;
+    return fail(nullptr, Error::NotSupported, "Kiln op %zu (QuantMatmul): %s failed: %s", op_,
+                what, cublasLtGetStatusString(s));
+  }
+
+  Error make_layout(Layout& layout, uint64_t rows, uint64_t cols, int64_t ld) {
+    cublasLtMatrixLayout_t raw = nullptr;
+    KILN_TRY(lt_status(cublasLtMatrixLayoutCreate(&raw, cublas_type(dtype_), rows, cols, ld),
+                       "cublasLtMatrixLayoutCreate"));
+    layout.reset(raw);
+    return Error::Ok;
+  }
+
+  Error set_desc(cublasLtMatmulDescAttributes_t attribute, const void* value, size_t size) {
+    return lt_status(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, value, size),
+                     "cublasLtMatmulDescSetAttribute");
+  }
+
+  size_t element_bytes() const { return element_size(dtype_); }
+  // The dequantized chunk sits at the workspace's start; cuBLASLt's workspace follows it.
+  size_t chunk_offset() const {
+    const size_t bytes = size_t(full_.rows) * size_t(a_.k) * element_bytes();
+    return (bytes + 255) / 256 * 256;
+  }
+
+  Error init_dense(const InitContext& ctx) {
+    if (ctx.lt == nullptr) {
+      return fail(nullptr, Error::Internal,
+                  "Kiln op %zu (QuantMatmul): M = %lld runs on cuBLASLt, but the engine made no "
+                  "cuBLASLt handle",
+                  op_, static_cast<long long>(a_.m));
+    }
+    dense_ = true;
+    lt_ = ctx.lt;
+    const int64_t budget = static_cast<int64_t>(kDenseChunkBytes / (size_t(a_.k) * element_bytes()));
+    int64_t rows = budget / kChunkRowQuantum * kChunkRowQuantum;
+    if (rows < kChunkRowQuantum) rows = kChunkRowQuantum;
+    full_.rows = rows < a_.n ? rows : a_.n;
+    tail_.rows = a_.n % full_.rows;
+    const cublasComputeType_t compute =
+        dtype_ == DType::kFloat32 && ctx.graph.precision == blob::Precision::kTf32
+            ? CUBLAS_COMPUTE_32F_FAST_TF32
+            : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t desc = nullptr;
+    KILN_TRY(lt_status(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F),
+                       "cublasLtMatmulDescCreate"));
+    desc_.reset(desc);
+    // Row-major out[M, N-chunk] = x[M, K] @ w[chunk, K]^T is column-major
+    // out^T = w^T(op T of the column-major K x chunk) @ x^T (the column-major K x M).
+    const cublasOperation_t trans = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
+    const bool bias = a_.bias != kNoTensor;
+    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    post_act_ = a_.epilogue;
+    if (a_.epilogue == Epilogue::kRelu) {
+      epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+      post_act_ = Epilogue::kNone;
+    } else if (a_.epilogue == Epilogue::kGeluTanh) {
+      epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+      post_act_ = Epilogue::kNone;
+    }
+    KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+      const int32_t bias_type = cublas_type(dtype_);
+      KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    KILN_TRY(make_layout(x_layout_, uint64_t(a_.k), uint64_t(a_.m), a_.k));
+    for (ChunkPlan* plan : {&full_, &tail_}) {
+      if (plan->rows == 0) continue;
+      KILN_TRY(make_layout(plan->w, uint64_t(a_.k), uint64_t(plan->rows), a_.k));
+      KILN_TRY(make_layout(plan->d, uint64_t(plan->rows), uint64_t(a_.m), a_.n));
+    }
+    // Every chunk starts a multiple of full_.rows rows in: its slices keep this much alignment.
+    const int64_t step_bytes = full_.rows * int64_t(element_bytes());
+    align_x_ = ctx.alignment[size_t(a_.x)];
+    align_out_ = min_alignment(ctx.alignment[size_t(a_.out)], step_bytes);
+    align_c_ = a_.residual == kNoTensor ? align_out_
+                                        : min_alignment(ctx.alignment[size_t(a_.residual)],
+                                                        step_bytes);
+    return choose_algorithms();
+  }
+
+  // The heuristic's first algorithm for each chunk shape under the current alignments; host-only,
+  // so it is also safe while the stream is being captured.
+  Error choose_algorithms() {
+    for (ChunkPlan* plan : {&full_, &tail_}) {
+      if (plan->rows == 0) continue;
+      cublasLtMatmulPreference_t raw = nullptr;
+      KILN_TRY(lt_status(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
+      Preference preference(raw);
+      const uint64_t workspace = kMatmulWorkspaceBytes;
+      KILN_TRY(lt_status(cublasLtMatmulPreferenceSetAttribute(
+                             raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                             sizeof(workspace)),
+                         "setting the workspace limit"));
+      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, 256u},   // the chunk, at the workspace
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x_},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c_},
+          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out_},
+      };
+      for (const auto& [attribute, bytes] : alignments) {
+        KILN_TRY(lt_status(
+            cublasLtMatmulPreferenceSetAttribute(raw, attribute, &bytes, sizeof(bytes)),
+            "setting an alignment"));
+      }
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
+          lt_, desc_.get(), plan->w.get(), x_layout_.get(), plan->d.get(), plan->d.get(), raw, 1,
+          &result, &found);
+      if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+        return fail(nullptr, Error::NotSupported,
+                    "Kiln op %zu (QuantMatmul): cuBLASLt has no algorithm for the dequantized "
+                    "chunk GEMM M %lld, N %lld, K %lld, %s (%s)",
+                    op_, static_cast<long long>(a_.m), static_cast<long long>(plan->rows),
+                    static_cast<long long>(a_.k), dtype_name(dtype_),
+                    s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "no heuristic result");
+      }
+      plan->algo = result.algo;
+    }
+    return Error::Ok;
+  }
+
+  Error enqueue_dense(const RunContext& ctx) {
+    const char* x = ctx.ptr<const char>(a_.x);
+    char* out = ctx.ptr<char>(a_.out);
+    const char* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const char>(a_.residual);
+    const char* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr<const char>(a_.bias);
+    const size_t elem = element_bytes();
+    // Bound io buffers may be less aligned than the algorithms were chosen for: choose again.
+    const int64_t step_bytes = full_.rows * int64_t(elem);
+    const uint32_t ax = alignment_of(x), ao = min_alignment(alignment_of(out), step_bytes);
+    const uint32_t ac =
+        residual == nullptr ? ao : min_alignment(alignment_of(residual), step_bytes);
+    if (ax < align_x_ || ao < align_out_ || ac < align_c_) {
+      align_x_ = ax, align_out_ = ao, align_c_ = ac;
+      KILN_TRY(choose_algorithms());
+    }
+    void* w = ctx.workspace;
+    void* lt_workspace = static_cast<char*>(ctx.workspace) + chunk_offset();
+    const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
+    const bool vector_stores = (size_t(a_.k) * elem) % 16 == 0;
+    for (int64_t n0 = 0; n0 < a_.n; n0 += full_.rows) {
+      const ChunkPlan& plan = a_.n - n0 < full_.rows ? tail_ : full_;
+      const unsigned blocks = blocks_for(plan.rows * shape_.row_vectors, kBlock, ctx.max_blocks);
+      visit_floating(dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const uint4* q = ctx.ptr<const uint4>(a_.weight);
+        const float* scales = ctx.ptr<const float>(a_.scales);
+        if (a_.bits == 8) {
+          dequantize_rows_kernel<T, 8><<<blocks, kBlock, 0, ctx.stream>>>(
+              q, scales, static_cast<T*>(w), shape_, n0, plan.rows, vector_stores);
+        } else {
+          dequantize_rows_kernel<T, 4><<<blocks, kBlock, 0, ctx.stream>>>(
+              q, scales, static_cast<T*>(w), shape_, n0, plan.rows, vector_stores);
+        }
+      });
+      if (bias != nullptr) {
+        const void* chunk_bias = bias + n0 * int64_t(elem);
+        KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &chunk_bias, sizeof(chunk_bias)));
+      }
+      char* d = out + n0 * int64_t(elem);
+      const void* c = residual != nullptr ? residual + n0 * int64_t(elem) : d;
+      const cublasStatus_t s = cublasLtMatmul(
+          ctx.lt, desc_.get(), &alpha, w, plan.w.get(), x, x_layout_.get(), &beta, c,
+          plan.d.get(), d, plan.d.get(), &plan.algo, lt_workspace, kMatmulWorkspaceBytes,
+          ctx.stream);
+      if (s != CUBLAS_STATUS_SUCCESS) {
+        return fail(nullptr, Error::Internal,
+                    "Kiln op %zu (QuantMatmul): cublasLtMatmul on the dequantized rows %lld.. "
+                    "failed: %s",
+                    op_, static_cast<long long>(n0), cublasLtGetStatusString(s));
+      }
+    }
+    if (post_act_ != Epilogue::kNone) {
+      const int64_t total = a_.m * a_.n;
+      visit_floating(dtype_, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        activation_kernel<T><<<blocks_for(total, kBlock, ctx.max_blocks), kBlock, 0,
+                               ctx.stream>>>(reinterpret_cast<T*>(out), total, post_act_);
+      });
+    }
+    return Error::Ok;
+  }
+
   QuantMatmulArgs a_;
   DType dtype_;
+  size_t op_ = 0;
   int rows_ = 1;
   Shape shape_{};
   unsigned blocks_ = 0;
+  // The dense path (M > kMaxRows).
+  bool dense_ = false;
+  cublasLtHandle_t lt_ = nullptr;
+  MatmulDesc desc_;
+  Layout x_layout_;
+  ChunkPlan full_, tail_;
+  Epilogue post_act_ = Epilogue::kNone;
+  uint32_t align_x_ = 16, align_out_ = 16, align_c_ = 16;
 };
 
 }  // namespace

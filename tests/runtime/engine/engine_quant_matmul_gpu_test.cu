@@ -1,8 +1,10 @@
 // kQuantMatmul on a GPU against a float64 host reference (engine_gpu_fixture.h says how): int8
-// per output channel and int4 in groups of 32 / 64, M = 1, 4, 16 (the decode kernel) and 33 (the
-// chunked path), odd N, K a multiple of 8 and not (padded rows), K past one shared-memory tile,
-// bias, residual and an activation epilogue, in fp32, fp16 and bf16; and the decode kernel's
-// bandwidth on the 1B-class shapes (2048 x 2048 .. 128256 x 2048), printed and held to a floor.
+// per output channel and int4 in groups of 32 / 64, M = 1, 4, 16 (the decode kernel) and 17, 33
+// (the dense path: dequantized chunks through cuBLASLt, also with KILN_QUANT_DENSE=off), odd N,
+// K a multiple of 8 and not (padded rows), K past one shared-memory tile, N past one dequantized
+// chunk, bias, residual and relu / SiLU epilogues, in fp32, fp16 and bf16; the decode kernel's
+// bandwidth on the 1B-class shapes (2048 x 2048 .. 128256 x 2048), printed and held to a floor;
+// and the prefill (M = 128) time on those shapes, both paths, printed.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,7 +29,7 @@ struct QuantCase {
   int64_t m, n, k;
   int64_t bits = 8, group = 0;   // group 0: K (per output channel)
   bool bias = false, residual = false;
-  blob::Epilogue epilogue = blob::Epilogue::kNone;   // kNone or kRelu
+  blob::Epilogue epilogue = blob::Epilogue::kNone;   // kNone, kRelu or kSilu
 };
 
 struct Packed {
@@ -99,7 +102,9 @@ void run_quant(const QuantCase& qc) {
       }
       if (qc.bias) acc += bias.v[size_t(j)];
       if (qc.residual) acc += residual.v[size_t(i * qc.n + j)];
-      want[size_t(i * qc.n + j)] = qc.epilogue == blob::Epilogue::kRelu ? std::max(acc, 0.0) : acc;
+      if (qc.epilogue == blob::Epilogue::kRelu) acc = std::max(acc, 0.0);
+      if (qc.epilogue == blob::Epilogue::kSilu) acc = acc / (1.0 + std::exp(-acc));
+      want[size_t(i * qc.n + j)] = acc;
       largest = std::max(largest, magnitude);
     }
   }
@@ -109,9 +114,9 @@ void run_quant(const QuantCase& qc) {
   expect_output(runs, 0, want, tol, name);
 }
 
-TEST_F(EngineGpu, QuantMatmulInt8DecodeAndChunkedRowsEveryDtype) {
+TEST_F(EngineGpu, QuantMatmulInt8DecodeAndDenseRowsEveryDtype) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    for (int64_t m : {1, 4, 16, 33}) {
+    for (int64_t m : {1, 4, 16, 17, 33}) {
       run_quant({dtype, m, 37, 64});                      // odd N, K a multiple of 16
       run_quant({dtype, m, 5, 45, 8, 0, true, true});     // K not a multiple of 8, bias, residual
     }
@@ -125,6 +130,20 @@ TEST_F(EngineGpu, QuantMatmulInt8LongRowsSpanSeveralTiles) {
   run_quant({DType::kFloat32, 3, 300, 1040, 8, 0, false, true, blob::Epilogue::kRelu});
 }
 
+// The dense path past one dequantized chunk (32 MiB: 2048 rows of K = 4096 fp32, 8192 rows of
+// K = 2048 bf16), so the last chunk is a partial one; an epilogue cuBLASLt has no form of (SiLU,
+// a pass after the GEMMs); and the CUDA-core kernel for M > 16 when KILN_QUANT_DENSE=off.
+TEST_F(EngineGpu, QuantMatmulDenseChunksAndEpilogues) {
+  run_quant({DType::kFloat32, 33, 2100, 4096, 8, 0, true, true});
+  run_quant({DType::kBFloat16, 17, 8200, 2048, 4, 64, true, false});
+  run_quant({DType::kBFloat16, 40, 300, 256, 8, 0, true, true, blob::Epilogue::kSilu});
+  run_quant({DType::kFloat16, 40, 300, 256, 4, 32, false, false, blob::Epilogue::kRelu});
+  setenv("KILN_QUANT_DENSE", "off", 1);
+  run_quant({DType::kBFloat16, 40, 300, 256, 8, 0, true, true, blob::Epilogue::kSilu});
+  run_quant({DType::kFloat32, 33, 37, 128, 4, 32});
+  unsetenv("KILN_QUANT_DENSE");
+}
+
 TEST_F(EngineGpu, QuantMatmulInt4Groups) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     for (int64_t m : {1, 4, 33}) {
@@ -135,63 +154,118 @@ TEST_F(EngineGpu, QuantMatmulInt4Groups) {
   }
 }
 
-// The decode kernel (M = 1, bf16) on the 1B-class projection and LM-head shapes, with device
-// bindings replayed from the engine's CUDA graph: achieved weight bandwidth printed; held to a
-// floor of 1 TB/s on the large shapes (a quarter of the H200's; a regression guard, the printed
-// number is the measurement).
-TEST_F(EngineGpu, QuantMatmulInt8DecodeBandwidth) {
-  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
-  for (const auto& shape : shapes) {
-    const int64_t n = shape[0], k = shape[1];
-    BlobBuilder b;
-    const int64_t words = blob::quant_row_words(k, 8);
-    std::vector<int32_t> packed(size_t(n * words), 0x01FF7F81);
-    std::vector<float> scales(size_t(n), 1e-3f);
+// A bf16 program of one op, x [M, K] in and out [M, N] out, built by `add_op`: its microseconds
+// per execute with device bindings (the engine's CUDA graph replayed), after 5 warm-up runs.
+template <typename AddOp>
+double time_one_op(int64_t m, int64_t n, int64_t k, int iters, AddOp add_op) {
+  BlobBuilder b;
+  const int64_t x = b.input(DType::kBFloat16, {m, k});
+  const int64_t out = b.output(DType::kBFloat16, {m, n});
+  add_op(b, x, out);
+  const std::vector<uint8_t> blob = b.build();
+  auto engine = Engine::create(blob.data(), blob.size());
+  EXPECT_TRUE(engine.ok());
+  if (!engine.ok()) return -1.0;
+  void *xd = nullptr, *od = nullptr;
+  EXPECT_EQ(cudaMalloc(&xd, size_t(m * k) * 2), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&od, size_t(m * n) * 2), cudaSuccess);
+  EXPECT_EQ(cudaMemset(xd, 0, size_t(m * k) * 2), cudaSuccess);
+  cudaStream_t stream;
+  EXPECT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const Binding in[] = {{xd, size_t(m * k) * 2, true}};
+  const Binding outs[] = {{od, size_t(m * n) * 2, true}};
+  auto run = [&] {
+    return (*engine)->execute(Span<const Binding>(in, 1), Span<const Binding>(outs, 1), stream);
+  };
+  double us = -1.0;
+  bool ok = true;
+  for (int i = 0; i < 5 && ok; ++i) ok = run() == Error::Ok;
+  cudaEvent_t start, stop;
+  EXPECT_EQ(cudaEventCreate(&start), cudaSuccess);
+  EXPECT_EQ(cudaEventCreate(&stop), cudaSuccess);
+  EXPECT_EQ(cudaEventRecord(start, stream), cudaSuccess);
+  for (int i = 0; i < iters && ok; ++i) ok = run() == Error::Ok;
+  EXPECT_EQ(cudaEventRecord(stop, stream), cudaSuccess);
+  EXPECT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+  EXPECT_TRUE(ok) << "execute failed";
+  float ms = 0;
+  if (ok && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess) us = 1e3 * ms / iters;
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFree(xd);
+  cudaFree(od);
+  return us;
+}
+
+// A kQuantMatmul int8 per-channel op on x -> out with a constant weight (its bytes do not matter
+// to the time).
+struct Int8Weight {
+  int64_t n, k, words;
+  std::vector<int32_t> packed;
+  std::vector<float> scales;
+  Int8Weight(int64_t n_, int64_t k_)
+      : n(n_), k(k_), words(blob::quant_row_words(k_, 8)),
+        packed(size_t(n_ * words), 0x01FF7F81), scales(size_t(n_), 1e-3f) {}
+  void add(BlobBuilder& b, int64_t x, int64_t out, int64_t m) const {
     BlobBuilder::QuantMatmul q;
-    q.x = b.input(DType::kBFloat16, {1, k});
+    q.x = x;
     q.weight = b.weight(DType::kInt32, {n, words}, packed.data());
     q.scales = b.weight(DType::kFloat32, {n}, scales.data());
-    q.out = b.output(DType::kBFloat16, {1, n});
-    q.m = 1, q.n = n, q.k = k;
+    q.out = out;
+    q.m = m, q.n = n, q.k = k;
     b.quant_matmul(q);
-    const std::vector<uint8_t> blob = b.build();
-    auto engine = Engine::create(blob.data(), blob.size());
-    ASSERT_TRUE(engine.ok());
-    void *x = nullptr, *out = nullptr;
-    ASSERT_EQ(cudaMalloc(&x, size_t(k) * 2), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&out, size_t(n) * 2), cudaSuccess);
-    ASSERT_EQ(cudaMemset(x, 0, size_t(k) * 2), cudaSuccess);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    const Binding in[] = {{x, size_t(k) * 2, true}};
-    const Binding outs[] = {{out, size_t(n) * 2, true}};
-    auto run = [&] {
-      return (*engine)->execute(Span<const Binding>(in, 1), Span<const Binding>(outs, 1), stream);
-    };
-    for (int i = 0; i < 5; ++i) ASSERT_EQ(run(), Error::Ok);
-    cudaEvent_t start, stop;
-    ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&stop), cudaSuccess);
-    constexpr int kIters = 50;
-    ASSERT_EQ(cudaEventRecord(start, stream), cudaSuccess);
-    for (int i = 0; i < kIters; ++i) ASSERT_EQ(run(), Error::Ok);
-    ASSERT_EQ(cudaEventRecord(stop, stream), cudaSuccess);
-    ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
-    float ms = 0;
-    ASSERT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
-    const double us = 1e3 * ms / kIters;
-    const double gbs = double(n * words * 4) / (us * 1e3);
+  }
+};
+
+const int64_t kShapes1B[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
+
+// The decode kernel (M = 1, bf16) on the 1B-class projection and LM-head shapes: achieved weight
+// bandwidth printed; held to a floor of 1 TB/s on the large shapes (a quarter of the H200's; a
+// regression guard, the printed number is the measurement).
+TEST_F(EngineGpu, QuantMatmulInt8DecodeBandwidth) {
+  for (const auto& shape : kShapes1B) {
+    const Int8Weight w(shape[0], shape[1]);
+    const double us = time_one_op(1, w.n, w.k, 50, [&](BlobBuilder& b, int64_t x, int64_t out) {
+      w.add(b, x, out, 1);
+    });
+    ASSERT_GT(us, 0.0);
+    const double gbs = double(w.n * w.words * 4) / (us * 1e3);
     std::printf("[perf] quant_matmul int8 bf16 M=1 N=%lld K=%lld: %.2f us/run, %.0f GB/s of weight "
                 "(launch and graph replay included)\n",
-                static_cast<long long>(n), static_cast<long long>(k), us, gbs);
-    if (n * k >= 8192LL * 2048) {
-      EXPECT_GT(gbs, 1000.0) << "N=" << n << " K=" << k;
+                static_cast<long long>(w.n), static_cast<long long>(w.k), us, gbs);
+    if (w.n * w.k >= 8192LL * 2048) {
+      EXPECT_GT(gbs, 1000.0) << "N=" << w.n << " K=" << w.k;
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaStreamDestroy(stream);
-    cudaFree(x);
-    cudaFree(out);
+  }
+}
+
+// A prefill of 128 tokens (M = 128, bf16) on the same shapes: the dense path, the CUDA-core kernel
+// (KILN_QUANT_DENSE=off) and a bf16 kMatmul of the same shape, printed (a measurement, nothing
+// asserted about the times).
+TEST_F(EngineGpu, QuantMatmulInt8PrefillTimes) {
+  constexpr int64_t kM = 128;
+  for (const auto& shape : kShapes1B) {
+    const Int8Weight w(shape[0], shape[1]);
+    auto quant = [&](BlobBuilder& b, int64_t x, int64_t out) { w.add(b, x, out, kM); };
+    const double dense = time_one_op(kM, w.n, w.k, 20, quant);
+    setenv("KILN_QUANT_DENSE", "off", 1);
+    const double cores = time_one_op(kM, w.n, w.k, 3, quant);
+    unsetenv("KILN_QUANT_DENSE");
+    const std::vector<uint16_t> bf16_weight(size_t(w.n * w.k), 0x3C00);
+    const double gemm = time_one_op(kM, w.n, w.k, 20, [&](BlobBuilder& b, int64_t x, int64_t out) {
+      BlobBuilder::Matmul mm;
+      mm.a = x;
+      mm.b = b.weight(DType::kBFloat16, {w.n, w.k}, bf16_weight.data());
+      mm.out = out;
+      mm.m = kM, mm.n = w.n, mm.k = w.k, mm.trans_b = true;
+      b.matmul(mm);
+    });
+    ASSERT_GT(dense, 0.0);
+    std::printf("[perf] quant_matmul int8 bf16 M=%lld N=%lld K=%lld: dense %.1f us, CUDA cores "
+                "%.1f us, bf16 matmul %.1f us (dense / bf16 %.2fx)\n",
+                static_cast<long long>(kM), static_cast<long long>(w.n),
+                static_cast<long long>(w.k), dense, cores, gemm, dense / gemm);
   }
 }
 
