@@ -182,10 +182,17 @@ int rows_per_chunk(int64_t m) {
 // exactly and rounds the scaled value as a bf16 model's weight is rounded) one chunk of output
 // rows at a time into the workspace, and cuBLASLt multiplies each chunk into its columns of out
 // (leading dimension N), bias, residual and relu / tanh-GELU in its epilogue. A chunk is at most
-// kDenseChunkBytes, so the workspace stays small for an LM head and the chunk is still in L2
-// (50 MB on an H200) when the GEMM reads it back. The price against a bf16 model: the int8
-// bytes read plus the chunk written and read back, about 2.5x the bf16 weight traffic for int8.
+// kDenseChunkBytes (KILN_QUANT_CHUNK_MIB sets another size), so the workspace stays small for an
+// LM head. Measured at M = 128 on the 1B shapes, 4-16 MiB chunks were 1.2-2.6x slower (each
+// chunk's GEMM too narrow to fill the GPU) and 64 MiB no faster. The price against a bf16 model:
+// the int8 bytes read plus the chunk written and read back, about 2.5x the bf16 weight traffic
+// for int8 (1.9-3.4x the bf16 GEMM's time at M = 128).
 constexpr size_t kDenseChunkBytes = size_t{32} << 20;
+size_t dense_chunk_bytes() {
+  const char* env = std::getenv("KILN_QUANT_CHUNK_MIB");
+  const long mib = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+  return mib > 0 && mib <= 4096 ? size_t(mib) << 20 : kDenseChunkBytes;
+}
 // Output rows per chunk are a multiple of this, so each chunk's slice of out, residual and bias
 // keeps the base's alignment (64 rows of 2 bytes: 128).
 constexpr int64_t kChunkRowQuantum = 64;
@@ -197,7 +204,9 @@ bool dense_path_disabled() {
 }
 
 // w[r, k] = q[n0 + r, k] * scale for r < rows: one thread per packed 16-byte vector, written with
-// 16-byte stores where each row of K values is a whole number of them (`vector_stores`).
+// 16-byte stores where each row of K values is a whole number of them (`vector_stores`). About
+// 2.5 TB/s of bytes read and written on an H200 (8192 x 2048: ~20 us); 32-bit index arithmetic
+// measured no faster.
 template <typename T, int kBits>
 __global__ void dequantize_rows_kernel(const uint4* __restrict__ weight,
                                        const float* __restrict__ scales, T* __restrict__ w,
@@ -347,7 +356,8 @@ class QuantMatmulStep final : public Step {
     }
     dense_ = true;
     lt_ = ctx.lt;
-    const int64_t budget = static_cast<int64_t>(kDenseChunkBytes / (size_t(a_.k) * element_bytes()));
+    const int64_t budget =
+        static_cast<int64_t>(dense_chunk_bytes() / (size_t(a_.k) * element_bytes()));
     int64_t rows = budget / kChunkRowQuantum * kChunkRowQuantum;
     if (rows < kChunkRowQuantum) rows = kChunkRowQuantum;
     full_.rows = rows < a_.n ? rows : a_.n;
@@ -459,11 +469,12 @@ class QuantMatmulStep final : public Step {
     const bool vector_stores = (size_t(a_.k) * elem) % 16 == 0;
     for (int64_t n0 = 0; n0 < a_.n; n0 += full_.rows) {
       const ChunkPlan& plan = a_.n - n0 < full_.rows ? tail_ : full_;
-      const unsigned blocks = blocks_for(plan.rows * shape_.row_vectors, kBlock, ctx.max_blocks);
       visit_floating(dtype_, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const uint4* q = ctx.ptr<const uint4>(a_.weight);
         const float* scales = ctx.ptr<const float>(a_.scales);
+        const unsigned blocks =
+            blocks_for(plan.rows * shape_.row_vectors, kBlock, ctx.max_blocks);
         if (a_.bits == 8) {
           dequantize_rows_kernel<T, 8><<<blocks, kBlock, 0, ctx.stream>>>(
               q, scales, static_cast<T*>(w), shape_, n0, plan.rows, vector_stores);

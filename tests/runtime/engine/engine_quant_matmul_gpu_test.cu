@@ -89,14 +89,21 @@ void run_quant(const QuantCase& qc) {
   q.epilogue = qc.epilogue;
   c.b.quant_matmul(q);
 
+  // The dense path (M > 16) multiplies q * scale rounded to x's dtype, as a model of that dtype's
+  // weights would (op_table.def); the CUDA-core kernel keeps it in fp32.
+  const char* dense_env = std::getenv("KILN_QUANT_DENSE");
+  const bool rounded_weight = qc.m > 16 && qc.dtype != DType::kFloat32 &&
+                              !(dense_env != nullptr && std::string(dense_env) == "off");
   std::vector<double> want(size_t(qc.m * qc.n));
   double largest = 1.0;
   for (int64_t i = 0; i < qc.m; ++i) {
     for (int64_t j = 0; j < qc.n; ++j) {
       double acc = 0, magnitude = 0;
       for (int64_t kk = 0; kk < qc.k; ++kk) {
-        const double w = double(p.q[size_t(j * qc.k + kk)]) *
-                         double(p.scales[size_t(j * (qc.k / group) + kk / group)]);
+        const int64_t q = p.q[size_t(j * qc.k + kk)];
+        const float scale = p.scales[size_t(j * (qc.k / group) + kk / group)];
+        const double w = rounded_weight ? round_to(qc.dtype, float(q) * scale)
+                                        : double(q) * double(scale);
         acc += x.v[size_t(i * qc.k + kk)] * w;
         magnitude += std::fabs(x.v[size_t(i * qc.k + kk)] * w);
       }
@@ -240,7 +247,8 @@ TEST_F(EngineGpu, QuantMatmulInt8DecodeBandwidth) {
   }
 }
 
-// A prefill of 128 tokens (M = 128, bf16) on the same shapes: the dense path, the CUDA-core kernel
+// A prefill of 128 tokens (M = 128, bf16) on the same shapes: the dense path (with chunks of
+// 4..64 MiB too), the CUDA-core kernel
 // (KILN_QUANT_DENSE=off) and a bf16 kMatmul of the same shape, printed (a measurement, nothing
 // asserted about the times).
 TEST_F(EngineGpu, QuantMatmulInt8PrefillTimes) {
@@ -249,6 +257,15 @@ TEST_F(EngineGpu, QuantMatmulInt8PrefillTimes) {
     const Int8Weight w(shape[0], shape[1]);
     auto quant = [&](BlobBuilder& b, int64_t x, int64_t out) { w.add(b, x, out, kM); };
     const double dense = time_one_op(kM, w.n, w.k, 20, quant);
+    // Other dequantized chunk sizes (the default is 32 MiB).
+    for (const char* mib : {"4", "8", "16", "64"}) {
+      setenv("KILN_QUANT_CHUNK_MIB", mib, 1);
+      std::printf("[perf] quant_matmul int8 bf16 M=%lld N=%lld K=%lld: dense, chunks of %s MiB: "
+                  "%.1f us\n",
+                  static_cast<long long>(kM), static_cast<long long>(w.n),
+                  static_cast<long long>(w.k), mib, time_one_op(kM, w.n, w.k, 20, quant));
+    }
+    unsetenv("KILN_QUANT_CHUNK_MIB");
     setenv("KILN_QUANT_DENSE", "off", 1);
     const double cores = time_one_op(kM, w.n, w.k, 3, quant);
     unsetenv("KILN_QUANT_DENSE");
