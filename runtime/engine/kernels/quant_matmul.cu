@@ -75,9 +75,12 @@ struct Shape {
 };
 
 // out[m, n] = act(sum_k x[m, k] * q[n, k] * scale(n, k) + bias[n] + residual[m, n]). Block b
-// computes rows n of row block b / chunks for the activation rows of chunk b % chunks (chunks of
-// one row block are consecutive blocks, so they run together and re-read the weight from L2).
-template <typename T, int kRows, int kBits>
+// computes output rows of row block b / chunks for the activation rows of chunk b % chunks (chunks
+// of one row block are consecutive blocks, so they run together and re-read the weight from L2).
+// Each warp computes kWarpRows consecutive output rows: a short packed row (int4 at K = 2048 is
+// 64 vectors, two a lane) would otherwise leave most of a lane's kUnroll loads idle, and the
+// bytes each warp has in flight are what bound a decode (registers allow ~3 blocks an SM).
+template <typename T, int kRows, int kBits, int kWarpRows>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_matmul_kernel(const T* __restrict__ x, const uint4* __restrict__ weight,
                         const float* __restrict__ scales, const T* __restrict__ bias,
@@ -86,23 +89,49 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kElems = 128 / kBits;                 // values per 16-byte vector
   constexpr int kTile = kStagedFloats / kRows;        // K values staged per row
   constexpr int kTileVectors = kTile / kElems;
+  constexpr int kLoads = kUnroll / kWarpRows;         // vectors in flight per lane and row
   __shared__ __align__(16) float staged[kRows * kTile];
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t chunk = blockIdx.x % s.chunks;
-  const int64_t n = (blockIdx.x / s.chunks) * kWarps + warp;
+  const int64_t n0 = ((blockIdx.x / s.chunks) * kWarps + warp) * kWarpRows;
   const int64_t m0 = chunk * kRows;
   const int rows = static_cast<int>(s.m - m0 < kRows ? s.m - m0 : kRows);
-  const uint4* w_row = weight + (n < s.n ? n : 0) * s.row_vectors;
-
-  float acc[kRows];
+  const uint4* w_rows[kWarpRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int i = 0; i < kWarpRows; ++i) {
+    w_rows[i] = weight + (n0 + i < s.n ? n0 + i : 0) * s.row_vectors;
+  }
+
+  float acc[kWarpRows][kRows];
+#pragma unroll
+  for (int i = 0; i < kWarpRows; ++i) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[i][r] = 0.0f;
+  }
 
   const int64_t padded_k = s.row_vectors * kElems;
   for (int64_t t0 = 0; t0 < padded_k; t0 += kTile) {
     // Only the columns this tile's vectors read (a short K stages K, not a whole tile).
     const int columns = static_cast<int>(padded_k - t0 < kTile ? padded_k - t0 : kTile);
+    const int64_t v0 = t0 / kElems;
+    const int vectors = static_cast<int>(
+        s.row_vectors - v0 < kTileVectors ? s.row_vectors - v0 : kTileVectors);
+    // The tile's first weight vectors are requested before the activations are staged: the two
+    // memory round trips overlap instead of adding up in every block's lifetime.
+    uint4 loaded[kWarpRows][kLoads];
+    auto load = [&](int c0) {
+#pragma unroll
+      for (int i = 0; i < kWarpRows; ++i) {
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int c = c0 + 32 * u;
+          loaded[i][u] = n0 + i < s.n && c < vectors ? __ldg(w_rows[i] + v0 + c)
+                                                     : make_uint4(0, 0, 0, 0);
+        }
+      }
+    };
+    load(lane);
     __syncthreads();   // every warp is done with the previous tile
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -113,54 +142,56 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     __syncthreads();
-    if (n >= s.n) continue;
-    const int64_t v0 = t0 / kElems;
-    const int vectors = static_cast<int>(
-        s.row_vectors - v0 < kTileVectors ? s.row_vectors - v0 : kTileVectors);
-    for (int c0 = lane; c0 < vectors; c0 += 32 * kUnroll) {
-      uint4 loaded[kUnroll];
+    if (n0 >= s.n) continue;
+    for (int c0 = lane; c0 < vectors; c0 += 32 * kLoads) {
+      if (c0 != lane) load(c0);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + 32 * u;
-        loaded[u] = c < vectors ? __ldg(w_row + v0 + c) : make_uint4(0, 0, 0, 0);
-      }
+      for (int i = 0; i < kWarpRows; ++i) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + 32 * u;
-        if (c >= vectors) continue;   // not break: the unrolled loop keeps `loaded` in registers
-        float w[kElems];
-        dequantize<kBits>(loaded[u], w);
-        const float scale =
-            s.groups == 1 ? 1.0f : __ldg(scales + n * s.groups + (v0 + c) * kElems / s.group_size);
+        for (int u = 0; u < kLoads; ++u) {
+          const int c = c0 + 32 * u;
+          // not break: the unrolled loops keep `loaded` in registers
+          if (c >= vectors || n0 + i >= s.n) continue;
+          float w[kElems];
+          dequantize<kBits>(loaded[i][u], w);
+          const float scale =
+              s.groups == 1
+                  ? 1.0f
+                  : __ldg(scales + (n0 + i) * s.groups + (v0 + c) * kElems / s.group_size);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const float* xr = staged + r * kTile;
-          float dot = 0.0f;
+          for (int r = 0; r < kRows; ++r) {
+            const float* xr = staged + r * kTile;
+            float dot = 0.0f;
 #pragma unroll
-          for (int p = 0; p < kElems / 4; ++p) {
-            const float4 xv =
-                *reinterpret_cast<const float4*>(xr + staged_index<kElems>(c, 4 * p));
-            dot = fmaf(w[4 * p], xv.x, dot);
-            dot = fmaf(w[4 * p + 1], xv.y, dot);
-            dot = fmaf(w[4 * p + 2], xv.z, dot);
-            dot = fmaf(w[4 * p + 3], xv.w, dot);
+            for (int p = 0; p < kElems / 4; ++p) {
+              const float4 xv =
+                  *reinterpret_cast<const float4*>(xr + staged_index<kElems>(c, 4 * p));
+              dot = fmaf(w[4 * p], xv.x, dot);
+              dot = fmaf(w[4 * p + 1], xv.y, dot);
+              dot = fmaf(w[4 * p + 2], xv.z, dot);
+              dot = fmaf(w[4 * p + 3], xv.w, dot);
+            }
+            acc[i][r] = fmaf(dot, scale, acc[i][r]);
           }
-          acc[r] = fmaf(dot, scale, acc[r]);
         }
       }
     }
   }
-  if (n >= s.n) return;
-  const float row_scale = s.groups == 1 ? __ldg(scales + n) : 1.0f;
-  const float b = bias != nullptr ? to_float(bias[n]) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const float total = warp_reduce(acc[r], [](float a, float c) { return a + c; });
-    if (lane == r && r < rows) {
-      const int64_t at = (m0 + r) * s.n + n;
-      float v = fmaf(total, row_scale, b);
-      if (residual != nullptr) v += to_float(residual[at]);
-      out[at] = from_float<T>(apply_epilogue(v, act));
+  for (int i = 0; i < kWarpRows; ++i) {
+    const int64_t n = n0 + i;
+    if (n >= s.n) return;
+    const float row_scale = s.groups == 1 ? __ldg(scales + n) : 1.0f;
+    const float b = bias != nullptr ? to_float(bias[n]) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float total = warp_reduce(acc[i][r], [](float a, float c) { return a + c; });
+      if (lane == r && r < rows) {
+        const int64_t at = (m0 + r) * s.n + n;
+        float v = fmaf(total, row_scale, b);
+        if (residual != nullptr) v += to_float(residual[at]);
+        out[at] = from_float<T>(apply_epilogue(v, act));
+      }
     }
   }
 }
@@ -263,7 +294,9 @@ class QuantMatmulStep final : public Step {
               blob::quant_row_words(a_.k, a_.bits) / 4, a_.k / a_.group_size, a_.group_size,
               static_cast<int>((a_.m + rows_ - 1) / rows_)};
     if (a_.m > kMaxRows && a_.n > 0 && !dense_path_disabled()) return init_dense(ctx);
-    const int64_t row_blocks = (a_.n + kWarps - 1) / kWarps;
+    warp_rows_ = warp_rows(a_.m, a_.n, shape_.row_vectors);
+    const int64_t rows_per_block = int64_t(kWarps) * warp_rows_;
+    const int64_t row_blocks = (a_.n + rows_per_block - 1) / rows_per_block;
     if (a_.m > 0 && row_blocks * shape_.chunks > INT32_MAX) {
       return fail(nullptr, Error::NotSupported,
                   "Kiln op %zu (QuantMatmul): M = %lld, N = %lld need %lld thread blocks, more "
@@ -296,7 +329,28 @@ class QuantMatmulStep final : public Step {
   }
 
  private:
+  // Output rows per warp (M = 1 only): enough that a lane's kUnroll loads are all in use on a
+  // short packed row, while the grid keeps at least kMinRowBlocks blocks (two an H200 SM).
+  static int warp_rows(int64_t m, int64_t n, int64_t row_vectors) {
+    constexpr int64_t kMinRowBlocks = 264;
+    int rows = 1;
+    while (m == 1 && rows < 4 && 2 * rows * row_vectors <= 32 * kUnroll &&
+           n / (int64_t(kWarps) * 2 * rows) >= kMinRowBlocks) {
+      rows *= 2;
+    }
+    return rows;
+  }
+
   template <typename T, int kRows>
+  void launch(const RunContext& ctx) const {
+    if constexpr (kRows == 1) {
+      if (warp_rows_ == 4) return launch<T, 1, 4>(ctx);
+      if (warp_rows_ == 2) return launch<T, 1, 2>(ctx);
+    }
+    launch<T, kRows, 1>(ctx);
+  }
+
+  template <typename T, int kRows, int kWarpRows>
   void launch(const RunContext& ctx) const {
     const T* x = ctx.ptr<const T>(a_.x);
     const uint4* w = ctx.ptr<const uint4>(a_.weight);
@@ -305,10 +359,10 @@ class QuantMatmulStep final : public Step {
     const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
     T* out = ctx.ptr<T>(a_.out);
     if (a_.bits == 8) {
-      quant_matmul_kernel<T, kRows, 8><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
+      quant_matmul_kernel<T, kRows, 8, kWarpRows><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
           x, w, scales, bias, residual, out, shape_, a_.epilogue);
     } else {
-      quant_matmul_kernel<T, kRows, 4><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
+      quant_matmul_kernel<T, kRows, 4, kWarpRows><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
           x, w, scales, bias, residual, out, shape_, a_.epilogue);
     }
   }
@@ -515,6 +569,7 @@ class QuantMatmulStep final : public Step {
   DType dtype_;
   size_t op_ = 0;
   int rows_ = 1;
+  int warp_rows_ = 1;
   Shape shape_{};
   unsigned blocks_ = 0;
   // The dense path (M > kMaxRows).

@@ -1,6 +1,7 @@
 // kQuantMatmul on a GPU against a float64 host reference (engine_gpu_fixture.h says how): int8
 // per output channel and int4 in groups of 32 / 64, M = 1, 4, 16 (the decode kernel) and 17, 33
-// (the dense path: dequantized chunks through cuBLASLt, also with KILN_QUANT_DENSE=off), odd N,
+// (the dense path: dequantized chunks through cuBLASLt, also with KILN_QUANT_DENSE=off), decode
+// with several output rows per warp, odd N,
 // K a multiple of 8 and not (padded rows), K past one shared-memory tile, N past one dequantized
 // chunk, bias, residual and relu / SiLU epilogues, in fp32, fp16 and bf16; the decode kernel's
 // bandwidth on the 1B-class shapes (2048 x 2048 .. 128256 x 2048), printed and held to a floor;
@@ -151,6 +152,15 @@ TEST_F(EngineGpu, QuantMatmulDenseChunksAndEpilogues) {
   unsetenv("KILN_QUANT_DENSE");
 }
 
+// Decode (M = 1) rows long enough to run several output rows per warp: int8 at K = 2048 two a
+// warp (N >= 4224), int4 four (N >= 8448), N odd so the last warp has rows past N.
+TEST_F(EngineGpu, QuantMatmulDecodeSeveralRowsPerWarp) {
+  run_quant({DType::kBFloat16, 1, 4229, 2048, 8, 0, true, true});
+  run_quant({DType::kBFloat16, 1, 8461, 2048, 4, 32, true, false});
+  run_quant({DType::kFloat32, 1, 8461, 2048, 4, 128, false, false, blob::Epilogue::kSilu});
+  run_quant({DType::kFloat16, 1, 6001, 1024, 4, 64});
+}
+
 TEST_F(EngineGpu, QuantMatmulInt4Groups) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     for (int64_t m : {1, 4, 33}) {
@@ -205,56 +215,59 @@ double time_one_op(int64_t m, int64_t n, int64_t k, int iters, AddOp add_op) {
   return us;
 }
 
-// A kQuantMatmul int8 per-channel op on x -> out with a constant weight (its bytes do not matter
-// to the time).
-struct Int8Weight {
-  int64_t n, k, words;
+// A kQuantMatmul op on x -> out with a constant weight, int8 per channel or int4 in groups of
+// 128 (its bytes do not matter to the time).
+struct QuantWeight {
+  int64_t n, k, bits, group, words;
   std::vector<int32_t> packed;
   std::vector<float> scales;
-  Int8Weight(int64_t n_, int64_t k_)
-      : n(n_), k(k_), words(blob::quant_row_words(k_, 8)),
-        packed(size_t(n_ * words), 0x01FF7F81), scales(size_t(n_), 1e-3f) {}
+  QuantWeight(int64_t n_, int64_t k_, int64_t bits_ = 8)
+      : n(n_), k(k_), bits(bits_), group(bits_ == 8 ? k_ : 128),
+        words(blob::quant_row_words(k_, bits_)), packed(size_t(n_ * words), 0x01FF7F81),
+        scales(size_t(n_ * (k_ / group)), 1e-3f) {}
   void add(BlobBuilder& b, int64_t x, int64_t out, int64_t m) const {
     BlobBuilder::QuantMatmul q;
     q.x = x;
     q.weight = b.weight(DType::kInt32, {n, words}, packed.data());
-    q.scales = b.weight(DType::kFloat32, {n}, scales.data());
+    q.scales = b.weight(DType::kFloat32, {n, k / group}, scales.data());
     q.out = out;
-    q.m = m, q.n = n, q.k = k;
+    q.m = m, q.n = n, q.k = k, q.bits = bits, q.group_size = group;
     b.quant_matmul(q);
   }
 };
 
 const int64_t kShapes1B[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {128256, 2048}};
 
-// The decode kernel (M = 1, bf16) on the 1B-class projection and LM-head shapes: achieved weight
-// bandwidth printed; held to a floor of 1 TB/s on the large shapes (a quarter of the H200's; a
-// regression guard, the printed number is the measurement).
-TEST_F(EngineGpu, QuantMatmulInt8DecodeBandwidth) {
-  for (const auto& shape : kShapes1B) {
-    const Int8Weight w(shape[0], shape[1]);
-    const double us = time_one_op(1, w.n, w.k, 50, [&](BlobBuilder& b, int64_t x, int64_t out) {
-      w.add(b, x, out, 1);
-    });
-    ASSERT_GT(us, 0.0);
-    const double gbs = double(w.n * w.words * 4) / (us * 1e3);
-    std::printf("[perf] quant_matmul int8 bf16 M=1 N=%lld K=%lld: %.2f us/run, %.0f GB/s of weight "
-                "(launch and graph replay included)\n",
-                static_cast<long long>(w.n), static_cast<long long>(w.k), us, gbs);
-    if (w.n * w.k >= 8192LL * 2048) {
-      EXPECT_GT(gbs, 1000.0) << "N=" << w.n << " K=" << w.k;
+// The decode kernel (M = 1, bf16) on the 1B-class projection and LM-head shapes, int8 and int4:
+// achieved weight bandwidth printed; int8 held to a floor of 1 TB/s on the large shapes (a quarter
+// of the H200's; a regression guard, the printed number is the measurement).
+TEST_F(EngineGpu, QuantMatmulDecodeBandwidth) {
+  for (int64_t bits : {8, 4}) {
+    for (const auto& shape : kShapes1B) {
+      const QuantWeight w(shape[0], shape[1], bits);
+      const double us = time_one_op(1, w.n, w.k, 50, [&](BlobBuilder& b, int64_t x, int64_t out) {
+        w.add(b, x, out, 1);
+      });
+      ASSERT_GT(us, 0.0);
+      const double gbs = double(w.n * w.words * 4) / (us * 1e3);
+      std::printf("[perf] quant_matmul int%lld bf16 M=1 N=%lld K=%lld: %.2f us/run, %.0f GB/s of "
+                  "weight (launch and graph replay included)\n",
+                  static_cast<long long>(bits), static_cast<long long>(w.n),
+                  static_cast<long long>(w.k), us, gbs);
+      if (bits == 8 && w.n * w.k >= 8192LL * 2048) {
+        EXPECT_GT(gbs, 1000.0) << "N=" << w.n << " K=" << w.k;
+      }
     }
   }
 }
 
 // A prefill of 128 tokens (M = 128, bf16) on the same shapes: the dense path (with chunks of
-// 4..64 MiB too), the CUDA-core kernel
-// (KILN_QUANT_DENSE=off) and a bf16 kMatmul of the same shape, printed (a measurement, nothing
+// 4..64 MiB too), the CUDA-core kernel (KILN_QUANT_DENSE=off) and a bf16 kMatmul of the same shape, printed (a measurement, nothing
 // asserted about the times).
 TEST_F(EngineGpu, QuantMatmulInt8PrefillTimes) {
   constexpr int64_t kM = 128;
   for (const auto& shape : kShapes1B) {
-    const Int8Weight w(shape[0], shape[1]);
+    const QuantWeight w(shape[0], shape[1]);
     auto quant = [&](BlobBuilder& b, int64_t x, int64_t out) { w.add(b, x, out, kM); };
     const double dense = time_one_op(kM, w.n, w.k, 20, quant);
     // Other dequantized chunk sizes (the default is 32 MiB).
