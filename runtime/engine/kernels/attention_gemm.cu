@@ -108,20 +108,9 @@ class BatchedGemm {
     cublasLtMatmulPreference_t raw = nullptr;
     KILN_TRY(check(cublasLtMatmulPreferenceCreate(&raw), "creating a preference"));
     Preference preference(raw);
-    const uint64_t workspace = kGemmWorkspaceBytes;
-    KILN_TRY(check(cublasLtMatmulPreferenceSetAttribute(
-                       raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                       sizeof(workspace)),
-                   "setting the workspace limit"));
-    const cublasLtMatmulPreferenceAttributes_t which[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    const uint32_t bytes[4] = {align[0], align[1], align[2], align[2]};
-    for (int t = 0; t < 4; ++t) {
-      KILN_TRY(check(cublasLtMatmulPreferenceSetAttribute(raw, which[t], &bytes[t],
-                                                          sizeof(bytes[t])),
-                     "setting an alignment"));
-    }
+    KILN_TRY(check(
+        set_preference(raw, kGemmWorkspaceBytes, {align[0], align[1], align[2], align[2]}),
+        "setting the workspace limit and alignments"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(lt, desc, a_.get(), b_.get(), d_.get(),

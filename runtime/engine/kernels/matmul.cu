@@ -306,22 +306,9 @@ class MatmulStep final : public Step {
   }
 
   Error set_preferences(cublasLtMatmulPreference_t raw) {
-    const uint64_t workspace = kMatmulWorkspaceBytes;
-    KILN_TRY(
-        status(cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &workspace, sizeof(workspace)),
-               "setting the workspace limit"));
-    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a_},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b_},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c_},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d_},
-    };
-    for (const auto& [attribute, bytes] : alignments) {
-      KILN_TRY(status(cublasLtMatmulPreferenceSetAttribute(raw, attribute, &bytes, sizeof(bytes)),
-                      "setting an alignment"));
-    }
-    return Error::Ok;
+    return status(set_preference(raw, kMatmulWorkspaceBytes,
+                                 {align_a_, align_b_, align_c_, align_d_}),
+                  "setting the workspace limit and alignments");
   }
 
   // Asks the heuristic for the best algorithm under the current alignments; host-only, so it is
@@ -377,6 +364,21 @@ Result<UniqueCublasLt> create_cublas_lt() {
                 cublasLtGetStatusString(status));
   }
   return UniqueCublasLt(handle);
+}
+
+cublasStatus_t set_preference(cublasLtMatmulPreference_t preference, uint64_t workspace_bytes,
+                              const uint32_t (&alignment)[4]) {
+  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes));
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int t = 0; t < 4 && s == CUBLAS_STATUS_SUCCESS; ++t) {
+    s = cublasLtMatmulPreferenceSetAttribute(preference, which[t], &alignment[t],
+                                             sizeof(alignment[t]));
+  }
+  return s;
 }
 
 StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx) {

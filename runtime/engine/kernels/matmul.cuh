@@ -28,6 +28,11 @@ inline cudaDataType_t cublas_type(blob::DType dtype) {
 
 executorch::runtime::Result<UniqueCublasLt> create_cublas_lt();
 
+/// Sets a cuBLASLt preference's workspace limit and the byte alignments of cuBLASLt's A, B, C and
+/// D (in that order); CUBLAS_STATUS_SUCCESS or the first failing call's status.
+cublasStatus_t set_preference(cublasLtMatmulPreference_t preference, uint64_t workspace_bytes,
+                              const uint32_t (&alignment)[4]);
+
 StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx);
 
 }  // namespace kiln::engine::kernels

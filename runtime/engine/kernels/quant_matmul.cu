@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "format/fail.h"
 #include "format/quant_layout.h"
@@ -468,22 +467,10 @@ class QuantMatmulStep final : public Step {
       cublasLtMatmulPreference_t raw = nullptr;
       KILN_TRY(lt_status(cublasLtMatmulPreferenceCreate(&raw), "cublasLtMatmulPreferenceCreate"));
       Preference preference(raw);
-      const uint64_t workspace = kMatmulWorkspaceBytes;
-      KILN_TRY(lt_status(cublasLtMatmulPreferenceSetAttribute(
-                             raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                             sizeof(workspace)),
-                         "setting the workspace limit"));
-      const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, 256u},   // the chunk, at the workspace
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_x_},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c_},
-          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_out_},
-      };
-      for (const auto& [attribute, bytes] : alignments) {
-        KILN_TRY(lt_status(
-            cublasLtMatmulPreferenceSetAttribute(raw, attribute, &bytes, sizeof(bytes)),
-            "setting an alignment"));
-      }
+      // cuBLASLt's A is the chunk, at the workspace's start (256-byte aligned).
+      KILN_TRY(lt_status(set_preference(raw, kMatmulWorkspaceBytes,
+                                        {256u, align_x_, align_c_, align_out_}),
+                         "setting the workspace limit and alignments"));
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
       const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(
