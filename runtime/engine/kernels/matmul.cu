@@ -63,9 +63,7 @@ class MatmulStep final : public Step {
                                  bias_dtype_ == out_dtype_;
     lt_bias_ = per_column_bias && a_.k > 0;
     post_bias_ = a_.bias != kNoTensor && !lt_bias_;
-    const bool lt_act = !post_bias_ && a_.k > 0 &&
-                        (a_.epilogue == Epilogue::kRelu || a_.epilogue == Epilogue::kGeluTanh);
-    post_act_ = lt_act ? Epilogue::kNone : a_.epilogue;
+    post_act_ = a_.epilogue;   // cuBLASLt takes it over below where it can
     if (a_.k == 0) {
       return Error::Ok;  // out = 0 (or the residual), then the pass: no cuBLASLt call
     }
@@ -74,15 +72,9 @@ class MatmulStep final : public Step {
                   "Kiln engine: op %zu (matmul): batch %lld is above cuBLASLt's limit of %d", op_,
                   ll(a_.batch), INT_MAX);
     }
-    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    if (lt_act && a_.epilogue == Epilogue::kRelu) {
-      epilogue = lt_bias_ ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    } else if (lt_act && a_.epilogue == Epilogue::kGeluTanh) {
-      // cuBLASLt's GELU is the tanh approximation (as PyTorch's fused addmm assumes).
-      epilogue = lt_bias_ ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    } else if (lt_bias_) {
-      epilogue = CUBLASLT_EPILOGUE_BIAS;
-    }
+    // A bias the pass adds comes before the activation: then the pass does both.
+    const cublasLtEpilogue_t epilogue = post_bias_ ? CUBLASLT_EPILOGUE_DEFAULT
+                                                   : lt_epilogue(lt_bias_, a_.epilogue, post_act_);
 
     const cublasComputeType_t compute =
         in_dtype_ == DType::kFloat32 && ctx.graph.precision == blob::Precision::kTf32
@@ -182,15 +174,10 @@ class MatmulStep final : public Step {
       }
     }
     if (post_bias_ || post_act_ != Epilogue::kNone) {
-      const int64_t total = a_.batch * a_.m * a_.n;
-      const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
-      const void* bias = post_bias_ ? ctx.ptr(a_.bias) : nullptr;
-      visit_floating(out_dtype_, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        matmul_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
-            static_cast<T*>(out), total, a_.m, a_.n, bias, bias_dtype_, a_.bias_row_stride,
-            a_.bias_col_stride, static_cast<float>(a_.beta), post_act_);
-      });
+      enqueue_epilogue_pass(ctx, out_dtype_, out, a_.batch * a_.m * a_.n, a_.m, a_.n,
+                            post_bias_ ? ctx.ptr(a_.bias) : nullptr, bias_dtype_,
+                            a_.bias_row_stride, a_.bias_col_stride, static_cast<float>(a_.beta),
+                            post_act_);
     }
     return Error::Ok;
   }
@@ -364,6 +351,29 @@ Result<UniqueCublasLt> create_cublas_lt() {
                 cublasLtGetStatusString(status));
   }
   return UniqueCublasLt(handle);
+}
+
+cublasLtEpilogue_t lt_epilogue(bool bias, Epilogue act, Epilogue& rest) {
+  rest = Epilogue::kNone;
+  switch (act) {
+    case Epilogue::kRelu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    // cuBLASLt's GELU is the tanh approximation (as PyTorch's fused addmm assumes).
+    case Epilogue::kGeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default:
+      rest = act;
+      return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+void enqueue_epilogue_pass(const RunContext& ctx, DType dtype, void* out, int64_t total,
+                           int64_t m, int64_t n, const void* bias, DType bias_dtype,
+                           int64_t row_stride, int64_t col_stride, float beta, Epilogue act) {
+  const unsigned blocks = blocks_for(total, kBlock, ctx.max_blocks);
+  visit_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    matmul_epilogue_kernel<T><<<blocks, kBlock, 0, ctx.stream>>>(
+        static_cast<T*>(out), total, m, n, bias, bias_dtype, row_stride, col_stride, beta, act);
+  });
 }
 
 cublasStatus_t set_preference(cublasLtMatmulPreference_t preference, uint64_t workspace_bytes,

@@ -33,6 +33,18 @@ executorch::runtime::Result<UniqueCublasLt> create_cublas_lt();
 cublasStatus_t set_preference(cublasLtMatmulPreference_t preference, uint64_t workspace_bytes,
                               const uint32_t (&alignment)[4]);
 
+/// The cuBLASLt epilogue for an optional per-column bias followed by `act`; `rest` becomes the
+/// activation still to apply after the cuBLASLt call (kNone when cuBLASLt fused `act`: relu and
+/// its GELU, which is the tanh approximation).
+cublasLtEpilogue_t lt_epilogue(bool bias, blob::Epilogue act, blob::Epilogue& rest);
+
+/// out = act(out + beta * bias[row * row_stride + col * col_stride]) over `total` elements of
+/// [*, M, N] `dtype` on ctx.stream, bias (of bias_dtype) may be null: what follows a cuBLASLt
+/// call whose epilogue has no form of it.
+void enqueue_epilogue_pass(const RunContext& ctx, blob::DType dtype, void* out, int64_t total,
+                           int64_t m, int64_t n, const void* bias, blob::DType bias_dtype,
+                           int64_t row_stride, int64_t col_stride, float beta, blob::Epilogue act);
+
 StepResult make_matmul_step(const MatmulArgs& args, const InitContext& ctx);
 
 }  // namespace kiln::engine::kernels

@@ -267,14 +267,6 @@ __global__ void dequantize_rows_kernel(const uint4* __restrict__ weight,
   }
 }
 
-// out = act(out) over [M, N]: the activations cuBLASLt's epilogue has no form of.
-template <typename T>
-__global__ void activation_kernel(T* __restrict__ out, int64_t total, Epilogue act) {
-  for (int64_t i = thread_index(); i < total; i += thread_count()) {
-    out[i] = from_float<T>(apply_epilogue(to_float(out[i]), act));
-  }
-}
-
 class QuantMatmulStep final : public Step {
  public:
   QuantMatmulStep(const QuantMatmulArgs& a, const Graph& graph)
@@ -429,15 +421,7 @@ class QuantMatmulStep final : public Step {
     KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans)));
     KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)));
     const bool bias = a_.bias != kNoTensor;
-    cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    post_act_ = a_.epilogue;
-    if (a_.epilogue == Epilogue::kRelu) {
-      epilogue = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-      post_act_ = Epilogue::kNone;
-    } else if (a_.epilogue == Epilogue::kGeluTanh) {
-      epilogue = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-      post_act_ = Epilogue::kNone;
-    }
+    const cublasLtEpilogue_t epilogue = lt_epilogue(bias, a_.epilogue, post_act_);
     KILN_TRY(set_desc(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (bias) {
       const int32_t bias_type = cublas_type(dtype_);
@@ -542,12 +526,8 @@ class QuantMatmulStep final : public Step {
       }
     }
     if (post_act_ != Epilogue::kNone) {
-      const int64_t total = a_.m * a_.n;
-      visit_floating(dtype_, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        activation_kernel<T><<<blocks_for(total, kBlock, ctx.max_blocks), kBlock, 0,
-                               ctx.stream>>>(reinterpret_cast<T*>(out), total, post_act_);
-      });
+      enqueue_epilogue_pass(ctx, dtype_, out, a_.m * a_.n, a_.m, a_.n, nullptr, dtype_, 0, 1,
+                            0.0f, post_act_);
     }
     return Error::Ok;
   }
