@@ -112,6 +112,76 @@ std::unordered_set<int64_t> float32_only_roots(const Graph& g) {
   return keep;
 }
 
+// float32 arena roots computed from integer tensors and constants alone, through ops that mix
+// dtypes (casts, elementwise math, the copies of a cat): a rotary embedding's position * inv_freq
+// and its cos / sin, position-derived masks. They stay float32, and so do the float32 constants
+// only such ops read: the model computes them in float32 on purpose (HF's rotary embedding casts
+// the positions with .float() under autocast disabled), and bf16's 8 significant bits would
+// round position 1001 to 1000 and inv_freq by up to 2^-9 of itself, turning angles at position
+// 2000 radians off. A root any of whose writers reads a computed low-precision value (an
+// activation) is not one of them: its inputs are already rounded, so float32 would buy nothing.
+std::unordered_set<int64_t> integer_derived_roots(const Graph& g) {
+  std::unordered_set<int64_t> keep;
+  for (const Op& op : g.ops) {
+    const int64_t root = g.root(op.out());
+    const Tensor& r = g.tensors[size_t(root)];
+    if (r.dtype == blob::DType::kFloat32 && r.storage == blob::Storage::kArena) keep.insert(root);
+  }
+  // A value qualifies when it is integer (or Bool), a constant, or a qualifying root.
+  auto qualifies = [&](int64_t t) {
+    const Tensor& x = g.tensors[size_t(t)];
+    if (!is_floating(x.dtype)) return true;
+    const int64_t root = g.root(t);
+    const blob::Storage storage = g.tensors[size_t(root)].storage;
+    return storage == blob::Storage::kWeight || keep.count(root) > 0;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Op& op : g.ops) {
+      const int64_t root = g.root(op.out());
+      if (!keep.count(root)) continue;
+      const auto r = op.reads();
+      // Some read must be an integer tensor or a kept root: constants alone are not the point.
+      const bool from_integers = std::any_of(r.begin(), r.end(), [&](int64_t t) {
+        return !is_floating(g.tensors[size_t(t)].dtype) || keep.count(g.root(t)) > 0;
+      });
+      if (!mixes_dtypes(op) || !from_integers || !std::all_of(r.begin(), r.end(), qualifies)) {
+        keep.erase(root);
+        changed = true;
+      }
+    }
+  }
+  // A kept value that only casts and one-dtype ops read (cos / sin tables read by a kRope or cast
+  // to the model's dtype) need not be stored float32: its writer computes in float32 registers
+  // and rounds once, as the cast after it would.
+  std::vector<int64_t> rounded_once;
+  for (int64_t root : keep) {
+    const auto by = readers(g, root);
+    const bool only_rounded = std::all_of(by.begin(), by.end(), [&](const Op* o) {
+      return !mixes_dtypes(*o) || (o->opcode == blob::Opcode::kCopy && !keep.count(g.root(o->out())));
+    });
+    if (only_rounded) rounded_once.push_back(root);
+  }
+  for (int64_t root : rounded_once) keep.erase(root);
+  // Float32 constants read only by ops writing kept roots keep their precision too.
+  std::unordered_set<int64_t> constants;
+  for (const Op& op : g.ops) {
+    if (!keep.count(g.root(op.out()))) continue;
+    for (int64_t t : op.reads()) {
+      const int64_t root = g.root(t);
+      const Tensor& c = g.tensors[size_t(root)];
+      if (c.dtype != blob::DType::kFloat32 || c.storage != blob::Storage::kWeight) continue;
+      const auto by = readers(g, root);
+      if (std::all_of(by.begin(), by.end(),
+                      [&](const Op* o) { return keep.count(g.root(o->out())) > 0; })) {
+        constants.insert(root);
+      }
+    }
+  }
+  keep.insert(constants.begin(), constants.end());
+  return keep;
+}
+
 // float32 outputs that one elementwise op writes and nothing else reads or views. They stay
 // float32: the op writes its fp32 result directly instead of rounding it to the low dtype and
 // casting back, which saves a copy and keeps results the rounding would change (tanh(x) rounds
@@ -161,6 +231,7 @@ void convert_precision(Graph& g) {
     return;
   }
   auto float32_only = float32_only_roots(g);
+  for (int64_t root : integer_derived_roots(g)) float32_only.insert(root);
   std::vector<Op> body = std::move(g.ops);
   g.ops.clear();
   for (int64_t tid : g.inputs) {

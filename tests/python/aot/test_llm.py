@@ -133,3 +133,37 @@ def test_prompts_that_do_not_fit_are_refused():
     with pytest.raises(ValueError, match="do not fit"):
         llm.run_generation(None, list(range(40)), 10, PREFILL, MAX_CONTEXT)
     assert llm.chunks(11, 8, 48) == [(0, 8), (8, 3)]
+
+
+def test_bf16_rotary_angles_stay_float32_past_position_256():
+    """HF computes rotary angles (position * inv_freq) and their cos / sin in float32 on purpose;
+    in bf16 a position past 256 rounds (1001 -> 1000) and the angle moves by radians. A model with
+    sharp attention (scaled q / k projections) prefilled at positions 1000.. must still give
+    eager bf16's logits, and the position cast and angles in the blob stay Float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=64, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=128, vocab_size=256,
+                         max_position_embeddings=2048)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(30 if ("q_proj" in name or "k_proj" in name) else
+                   10 if ("v_proj" in name or "o_proj" in name) else 1)
+    model = model.to(torch.bfloat16)
+    edge = llm.lower_llm(model, 1040, 8, precision="bf16")
+    eager = llm.StaticCacheDecoder(model, 1040).eval()
+    tokens, positions = torch.tensor([[1, 72, 105, 33, 9, 200, 17, 5]]), torch.arange(1001, 1009)
+    with torch.no_grad():
+        want = eager(tokens, positions, torch.tensor([7])).float().reshape(-1)
+    (got,) = ReferenceProgram(edge, torch.float32).run("prefill", [tokens, positions,
+                                                                    torch.tensor([7])])
+    err = float((got.float().reshape(-1) - want).abs().max() / want.abs().max())
+    assert err < 3e-2, err     # 0.63 when the angles were bf16
+    (lowered,) = [m for m in edge.exported_program("prefill").graph_module.modules()
+                  if hasattr(m, "processed_bytes")]
+    g = read_blob(lowered.processed_bytes)
+    casts = [op for op in g.ops if op.opcode == bf.Opcode.COPY
+             and g.tensors[op.operands["x"]].dtype == torch.int64]
+    assert casts and all(g.tensors[op.operands["out"]].dtype == torch.float32 for op in casts)
