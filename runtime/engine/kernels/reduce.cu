@@ -307,10 +307,81 @@ __global__ void arg_columns_kernel(const T* __restrict__ x, int64_t* __restrict_
   }
 }
 
+// A block's group-wide argmax (kGroup == blockDim.x): every thread gets the block's winner.
+template <typename V, int kGroup>
+__device__ __forceinline__ ArgAcc<V> arg_block_reduce(ArgAcc<V> acc, bool is_max) {
+  __shared__ V scratch_v[32];
+  __shared__ int64_t scratch_i[32];
+  acc = arg_warp_reduce(acc, is_max);
+  const int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    scratch_v[warp] = acc.v;
+    scratch_i[warp] = acc.i;
+  }
+  __syncthreads();
+  acc = ArgAcc<V>{scratch_v[0], scratch_i[0]};
+#pragma unroll
+  for (int w = 1; w < kGroup / 32; ++w) {
+    acc = arg_combine(acc, ArgAcc<V>{scratch_v[w], scratch_i[w]}, is_max);
+  }
+  return acc;
+}
+
+// Few long rows (an LM head's argmax over 128256 logits): one block alone reads a row at a few
+// GB/s, latency-bound, so each row is cut into chunks of kArgChunk elements, a block per chunk
+// (grid.y the rows) writing its winner to `partial`; arg_merge_kernel then picks each row's.
+constexpr int64_t kArgChunk = 1024;
+constexpr int64_t kArgSplitMin = 16384;   // shorter rows: one block is as fast as two launches
+constexpr int kArgSplitMaxRows = 64;
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock) arg_chunks_kernel(const T* __restrict__ x,
+                                                            ArgAcc<ArgValueOf<T>>* partial,
+                                                            int64_t cols, bool is_max) {
+  using V = ArgValueOf<T>;
+  const int64_t row = blockIdx.y;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kArgChunk;
+  const int64_t end = begin + kArgChunk < cols ? begin + kArgChunk : cols;
+  const T* xr = x + row * cols;
+  ArgAcc<V> acc = arg_identity<V>(is_max);
+#pragma unroll 4
+  for (int64_t c = begin + threadIdx.x; c < end; c += kBlock) {
+    acc = arg_combine(acc, ArgAcc<V>{arg_value(xr[c]), c}, is_max);
+  }
+  acc = arg_block_reduce<V, kBlock>(acc, is_max);
+  if (threadIdx.x == 0) partial[row * gridDim.x + blockIdx.x] = acc;
+}
+
+template <typename V>
+__global__ void arg_merge_kernel(const ArgAcc<V>* __restrict__ partial, int64_t* __restrict__ out,
+                                 int chunks, bool is_max) {
+  const int64_t row = blockIdx.x;
+  ArgAcc<V> acc = arg_identity<V>(is_max);
+  for (int c = threadIdx.x; c < chunks; c += kBlock) {
+    acc = arg_combine(acc, partial[row * chunks + c], is_max);
+  }
+  acc = arg_block_reduce<V, kBlock>(acc, is_max);
+  if (threadIdx.x == 0) out[row] = acc.i;
+}
+
+// The chunks per row of a split argmax, 0 when the rows are not few and long.
+int64_t arg_split_chunks(const ReduceArgs& a) {
+  const bool split = (a.kind == ReduceKind::kArgmax || a.kind == ReduceKind::kArgmin) &&
+                     a.inner == 1 && a.reduce >= kArgSplitMin && a.outer <= kArgSplitMaxRows;
+  return split ? (a.reduce + kArgChunk - 1) / kArgChunk : 0;
+}
+
 template <typename T>
 void enqueue_arg_reduce(const ReduceArgs& a, const T* x, int64_t* out, const RunContext& ctx) {
   const bool is_max = a.kind == ReduceKind::kArgmax;
-  if (a.inner > 1) {
+  if (const int64_t chunks = arg_split_chunks(a); chunks > 0) {
+    using Acc = ArgAcc<ArgValueOf<T>>;
+    Acc* partial = static_cast<Acc*>(ctx.workspace);
+    arg_chunks_kernel<T><<<dim3(unsigned(chunks), unsigned(a.outer)), kBlock, 0, ctx.stream>>>(
+        x, partial, a.reduce, is_max);
+    arg_merge_kernel<ArgValueOf<T>><<<unsigned(a.outer), kBlock, 0, ctx.stream>>>(
+        partial, out, int(chunks), is_max);
+  } else if (a.inner > 1) {
     const unsigned blocks = blocks_for(a.outer * a.inner, kBlock, ctx.max_blocks);
     arg_columns_kernel<T>
         <<<blocks, kBlock, 0, ctx.stream>>>(x, out, a.outer, a.reduce, a.inner, is_max);
@@ -395,6 +466,10 @@ class ReduceStep final : public Step {
   // One accumulator (AccOf<T>: int64 or double, the same size) per chunk and output.
   size_t workspace_bytes() const override {
     static_assert(sizeof(AccOf<float>) == sizeof(AccOf<int32_t>));
+    static_assert(sizeof(ArgAcc<float>) == sizeof(ArgAcc<int64_t>));
+    if (const int64_t chunks = arg_split_chunks(a_); chunks > 0) {
+      return size_t(chunks * a_.outer) * sizeof(ArgAcc<int64_t>);
+    }
     return split_.chunks > 1
                ? size_t(split_.chunks * a_.outer * a_.inner) * sizeof(AccOf<float>)
                : 0;

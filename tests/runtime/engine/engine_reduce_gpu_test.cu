@@ -157,13 +157,16 @@ TEST_F(EngineGpu, ReduceEveryKindRowsAndColumns) {
   }
 }
 
-// argmax / argmin: every launch shape (warp rows, block rows, columns), ties drawn from a small
-// integer range (the first index must win), NaN planted in floating rows (NaN is the extreme).
+// argmax / argmin: every launch shape (warp rows, block rows, columns, few long rows split into
+// chunks: an LM head's 128256 logits), ties drawn from a small integer range (the first index
+// must win, also when every chunk holds the extreme), NaN planted in floating rows (NaN is the
+// extreme).
 TEST_F(EngineGpu, ArgmaxArgminTiesAndNan) {
   struct Case {
     int64_t outer, reduce, inner;
   };
-  for (const Case& rc : {Case{5, 37, 1}, Case{2, 5000, 1}, Case{3, 40, 6}, Case{4, 1, 3}}) {
+  for (const Case& rc : {Case{5, 37, 1}, Case{2, 5000, 1}, Case{3, 40, 6}, Case{4, 1, 3},
+                         Case{1, 128256, 1}, Case{3, 20001, 1}}) {
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
                         DType::kInt64}) {
       const bool floating = is_floating(dtype);
