@@ -21,13 +21,33 @@ __global__ void check_positions_kernel(const Index* __restrict__ positions, int6
   }
 }
 
-// Rows are moved as `Word`s; `inner` is the row length in words.
-template <typename Word, typename Index>
+// Up to this many positions every block checks them all itself before it writes (a decode's one
+// row, a prefill chunk's 128): one launch instead of a check kernel and the write after it.
+constexpr int64_t kSelfCheckedPositions = 4 * kBlock;
+
+// Rows are moved as `Word`s; `inner` is the row length in words. kSelfCheck: the block first
+// checks every position and writes nothing (setting the flag) when any is outside the state, so
+// no block writes a row of a call with a bad position; otherwise check_positions_kernel ran first.
+template <typename Word, typename Index, bool kSelfCheck>
 __global__ void index_put_kernel(const Word* __restrict__ values, const Index* __restrict__ positions,
                                  Word* __restrict__ out, int64_t outer, int64_t num_positions,
                                  int64_t dim_size, int64_t inner,
-                                 const DeviceErrorFlag* __restrict__ flag) {
-  if (flag->op_plus_one != 0) {
+                                 DeviceErrorFlag* __restrict__ flag, unsigned long long op_plus_one) {
+  if constexpr (kSelfCheck) {
+    int bad = 0;
+    for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
+      const int64_t p = static_cast<int64_t>(positions[i]);
+      if (p < 0 || p >= dim_size) {
+        bad = 1;
+        if (atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
+          flag->index = p;
+          flag->position = i;
+        }
+      }
+    }
+    if (__syncthreads_or(bad)) return;
+  }
+  if (*static_cast<volatile unsigned long long*>(&flag->op_plus_one) != 0) {
     return;  // a bad position (or an earlier op's range error): keep the state unchanged
   }
   const int64_t total = outer * num_positions * inner;
@@ -46,13 +66,19 @@ void launch(const IndexPutArgs& a, const void* values, const void* positions, vo
             int64_t inner_words, const RunContext& ctx) {
   const auto op = static_cast<unsigned long long>(ctx.op_index) + 1;
   const auto* pos = static_cast<const Index*>(positions);
-  check_positions_kernel<Index><<<1, kBlock, 0, ctx.stream>>>(pos, a.num_positions, a.dim_size,
-                                                              ctx.error_flag, op);
   const unsigned blocks =
       blocks_for(a.outer * a.num_positions * inner_words, kBlock, ctx.max_blocks);
-  index_put_kernel<Word, Index><<<blocks, kBlock, 0, ctx.stream>>>(
+  if (a.num_positions <= kSelfCheckedPositions) {
+    index_put_kernel<Word, Index, true><<<blocks, kBlock, 0, ctx.stream>>>(
+        static_cast<const Word*>(values), pos, static_cast<Word*>(out), a.outer, a.num_positions,
+        a.dim_size, inner_words, ctx.error_flag, op);
+    return;
+  }
+  check_positions_kernel<Index><<<1, kBlock, 0, ctx.stream>>>(pos, a.num_positions, a.dim_size,
+                                                              ctx.error_flag, op);
+  index_put_kernel<Word, Index, false><<<blocks, kBlock, 0, ctx.stream>>>(
       static_cast<const Word*>(values), pos, static_cast<Word*>(out), a.outer, a.num_positions,
-      a.dim_size, inner_words, ctx.error_flag);
+      a.dim_size, inner_words, ctx.error_flag, op);
 }
 
 template <typename Word>

@@ -170,6 +170,55 @@ TEST_F(StateGpu, SeveralInt32PositionsIntoBFloat16StateWithWideRows) {
   }
 }
 
+// A call of many positions (a prefill chunk) with one outside the state writes no row at all,
+// whether every block checks the positions itself (up to 1024 positions, several blocks) or a
+// check kernel runs first (more); the same call with the position fixed writes them all.
+TEST_F(StateGpu, ManyPositionsWithOneOutOfRangeWriteNothing) {
+  for (const int64_t n : {int64_t{300}, int64_t{1100}}) {
+    const int64_t outer = 3, len = n + 5, inner = 4;  // float rows of 16 bytes: one word each
+    std::vector<float> init(outer * len * inner, 0.25f);
+    BlobBuilder b;
+    const int64_t cache = b.state(DType::kFloat32, {outer, len, inner}, init.data());
+    const int64_t values = b.input(DType::kFloat32, {outer, n, inner});
+    const int64_t pos = b.input(DType::kInt64, {n});
+    const int64_t out = b.output(DType::kFloat32, {outer, len, inner});
+    b.index_put(values, pos, cache, outer, len, inner, n);
+    b.copy(cache, out, {outer * len * inner}, 0, {1}, 0, {1});
+    const std::vector<uint8_t> blob = b.build();
+    auto engine = Engine::create(blob.data(), blob.size());
+    ASSERT_TRUE(engine.ok()) << g_log;
+    std::vector<float> v(outer * n * inner);
+    for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k + 1);
+    std::vector<int64_t> p(n);
+    for (int64_t i = 0; i < n; ++i) p[i] = (i * 7) % len;  // distinct: 7 and len share no factor
+    for (int round = 0; round < 3; ++round) {   // eager, capture, replay
+      p[n / 2] = len;   // out of range
+      std::vector<float> result(init.size(), -1.0f);
+      Binding in[2] = {{v.data(), v.size() * sizeof(float), false},
+                       {p.data(), p.size() * sizeof(int64_t), false}};
+      Binding o{result.data(), result.size() * sizeof(float), false};
+      g_log.clear();
+      EXPECT_EQ((*engine)->execute(Span<const Binding>(in, 2), Span<const Binding>(&o, 1)),
+                Error::InvalidArgument) << n;
+      EXPECT_NE(g_log.find("position " + std::to_string(len)), std::string::npos) << g_log;
+      EXPECT_EQ(result, init) << n << ": a rejected call must leave every row as it was";
+    }
+    p[n / 2] = (n / 2 * 7) % len;
+    std::vector<float> result(init.size(), -1.0f);
+    Binding in[2] = {{v.data(), v.size() * sizeof(float), false},
+                     {p.data(), p.size() * sizeof(int64_t), false}};
+    Binding o{result.data(), result.size() * sizeof(float), false};
+    ASSERT_EQ((*engine)->execute(Span<const Binding>(in, 2), Span<const Binding>(&o, 1)),
+              Error::Ok) << g_log;
+    std::vector<float> model = init;
+    for (int64_t a = 0; a < outer; ++a)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < inner; ++j)
+          model[(a * len + p[i]) * inner + j] = v[(a * n + i) * inner + j];
+    EXPECT_EQ(result, model) << n;
+  }
+}
+
 // Named states (format/state_keys.h, StateSharing): two engines of one scope that name the same
 // key use one device buffer, so a row engine A writes is what engine B reads (a prefill and a
 // decode method sharing a KV cache); an engine of another scope (another loaded program) and an
