@@ -1,6 +1,7 @@
 // kiln_llm: token generation with a program kiln_executorch.llm.export_llm wrote (methods prefill
-// and decode sharing the KV cache in Kiln's GPU state; constant methods max_context,
-// prefill_length and vocab_size). Token ids in, token ids out; no tokenizer.
+// and decode sharing the KV cache in Kiln's GPU state, each returning the logits and their argmax;
+// constant methods max_context, prefill_length and vocab_size). Token ids in, token ids out; no
+// tokenizer.
 //
 //   kiln_llm model.pte (--prompt "1 72 105" | --prompt-file FILE) [--new-tokens N]
 //            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--output FILE]
@@ -8,19 +9,23 @@
 //            [--quiet]
 //
 // The prompt runs through prefill in chunks of prefill_length tokens (the last one padded), then
-// decode runs once per new token. Greedy unless --temperature, --top-k or --top-p is given (then
-// a draw seeded by --seed). Prints the prefill time, decode ms per token (execute only) and
-// tokens/s (whole steps: execute, logits to the host, sampling), a progress line on stderr, and
-// the tokens. Before the timed run, --warmup (default 2) untimed prefills of the prompt and decode
-// steps run: a delegate's first execute loads its kernels and builds its library plans, its second
-// captures the CUDA graph it replays from then on (the first prefill's time is printed too). They
-// write the cache rows the timed run writes again, so the tokens do not change. --repeats R times
-// the prompt's prefill R times and prints the median. --force feeds the given tokens to decode
-// instead of the sampled ones (teacher forcing: compare logits step by step with another model's
-// run of the same tokens) and --logits writes every step's float32 logits to FILE, one row per
-// step; --output writes them to a file, --expect compares them (exit 1 when they differ).
-// A prompt that does not fit the cache, a token id outside the vocabulary or a bad option is an
-// error before anything runs. Program loading is kiln_runner's (program_loader.h).
+// decode runs once per new token. Greedy (the methods' own argmax, on the GPU) unless
+// --temperature, --top-k or --top-p is given (then a draw from the logits, seeded by --seed).
+// A device-resident program (export_llm(..., device_resident=True)) keeps every input and output
+// on the GPU: a greedy step's token goes to the next step without visiting the host
+// (llm_session.h). Prints the prefill time, decode ms per token (the step: its inputs in, execute,
+// its outputs out) and tokens/s (whole steps, sampling included), a progress line on stderr, and
+// the tokens. Before the timed run, --warmup (default 2) untimed prefills of the prompt and
+// decode steps run: a delegate's first execute loads its kernels and builds its library plans,
+// its second captures the CUDA graph it replays from then on (the first prefill's time is printed
+// too). They write the cache rows the timed run writes again, so the tokens do not change.
+// --repeats R times the prompt's prefill R times and prints the median. --force feeds the given
+// tokens to decode instead of the sampled ones (teacher forcing: compare logits step by step with
+// another model's run of the same tokens) and --logits writes every step's float32 logits to
+// FILE, one row per step; --output writes the tokens to a file, --expect compares them (exit 1
+// when they differ). A prompt that does not fit the cache, a token id outside the vocabulary or
+// a bad option is an error before anything runs. Program loading is kiln_runner's
+// (program_loader.h).
 
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "runner/diagnostics.h"
+#include "runner/llm_session.h"
 #include "runner/program_loader.h"
 #include "runner/sampler.h"
 
@@ -172,23 +178,6 @@ bool parse_into(int argc, char** argv, LlmOptions& o, std::string& error) {
   return error.empty();
 }
 
-// An int64 host tensor the runner owns, handed to a method input.
-struct IdTensor {
-  std::vector<TensorImpl::SizesType> sizes;
-  std::vector<TensorImpl::DimOrderType> dim_order;
-  std::vector<int64_t> data;
-  std::unique_ptr<TensorImpl> impl;
-
-  explicit IdTensor(std::vector<TensorImpl::SizesType> shape) : sizes(std::move(shape)) {
-    size_t n = 1;
-    for (auto s : sizes) n *= size_t(s);
-    data.assign(n, 0);
-    for (size_t d = 0; d < sizes.size(); ++d) dim_order.push_back(TensorImpl::DimOrderType(d));
-    impl = std::make_unique<TensorImpl>(ScalarType::Long, ssize_t(sizes.size()), sizes.data(),
-                                        data.data(), dim_order.data());
-  }
-};
-
 // The value a constant method (max_context, prefill_length, vocab_size) returns.
 int64_t constant(et::Program& program, const char* name, const std::string& model) {
   LoadedMethod m(program, name, model);
@@ -200,42 +189,6 @@ int64_t constant(et::Program& program, const char* name, const std::string& mode
          "kiln_executorch.llm.export_llm");
   }
   return v.toInt();
-}
-
-// Input `index` of `method` must be an int64 tensor of `sizes`; otherwise the program is not one
-// export_llm wrote (or was exported with other sizes than its constant methods say).
-void expect_input(const et::MethodMeta& meta, const char* method, size_t index,
-                  const std::vector<int64_t>& sizes) {
-  auto info = meta.input_tensor_meta(index);
-  bool ok = info.ok() && info->scalar_type() == ScalarType::Long &&
-            info->sizes().size() == sizes.size();
-  for (size_t d = 0; ok && d < sizes.size(); ++d) ok = info->sizes()[d] == sizes[d];
-  if (!ok || meta.num_inputs() <= index) {
-    std::string want = "[";
-    for (size_t d = 0; d < sizes.size(); ++d) want += (d ? "," : "") + std::to_string(sizes[d]);
-    fail(std::string("method '") + method + "' input " + std::to_string(index) +
-         " is not an int64 tensor " + want + "]; export the program with "
-         "kiln_executorch.llm.export_llm");
-  }
-}
-
-// Runs `method` on `inputs`; returns its float logits (a view of its output, valid until the next
-// execute). `what` names the step in a failure.
-const float* run(LoadedMethod& m, std::vector<IdTensor*> inputs, int64_t vocab,
-                 const std::string& what) {
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    executorch::aten::Tensor t(inputs[i]->impl.get());
-    et::Error err = m.method().set_input(et::EValue(t), i);
-    if (err != et::Error::Ok) fail(what + ": set_input(" + std::to_string(i) + ")", err);
-  }
-  et::Error err = m.method().execute();
-  if (err != et::Error::Ok) fail(what, err);
-  const et::EValue& out = m.method().get_output(0);
-  if (!out.isTensor() || out.toTensor().scalar_type() != ScalarType::Float ||
-      out.toTensor().numel() != vocab) {
-    fail(what + ": the output is not float32 logits of " + std::to_string(vocab) + " values");
-  }
-  return out.toTensor().const_data_ptr<float>();
 }
 
 std::string join(const std::vector<int64_t>& ids) {
@@ -296,36 +249,38 @@ int llm_main(int argc, char** argv) {
   }
 
   // Both methods of this one loaded program: Kiln gives them one KV cache on the device.
-  LoadedMethod prefill(program, "prefill", o.model);
-  LoadedMethod decode(program, "decode", o.model);
-  expect_input(prefill.meta(), "prefill", 0, {1, chunk});
-  expect_input(prefill.meta(), "prefill", 1, {chunk});
-  expect_input(prefill.meta(), "prefill", 2, {1});
-  expect_input(decode.meta(), "decode", 0, {1, 1});
-  expect_input(decode.meta(), "decode", 1, {1});
+  LlmSession session(program, o.model, chunk, vocab, max_context);
   std::printf("model %s: max_context=%lld prefill_length=%lld vocab=%lld load_ms prefill=%.1f "
-              "decode=%.1f\n", o.model.c_str(), (long long)max_context, (long long)chunk,
-              (long long)vocab, prefill.load_ms(), decode.load_ms());
+              "decode=%.1f io=%s\n", o.model.c_str(), (long long)max_context, (long long)chunk,
+              (long long)vocab, session.load_ms(true), session.load_ms(false),
+              session.device_resident() ? "device" : "host");
 
-  IdTensor tokens({1, TensorImpl::SizesType(chunk)}), positions({TensorImpl::SizesType(chunk)});
-  IdTensor last({1}), token({1, 1}), position({1});
+  std::vector<int64_t> tokens(static_cast<size_t>(chunk)), positions(static_cast<size_t>(chunk));
   Sampler sampler(o.sampling);
-  // One prefill of the whole prompt, chunk by chunk; returns the last chunk's logits.
+  // Logits are needed on the host only to sample or to write them out; greedy steps use the
+  // methods' own argmax.
+  const bool host_logits = !o.sampling.greedy || !o.logits_file.empty();
+  // One prefill of the whole prompt, chunk by chunk.
   const int64_t chunks = (n + chunk - 1) / chunk;
   auto prefill_prompt = [&]() {
-    const float* logits = nullptr;
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t real = std::min(chunk, n - start);
       for (int64_t i = 0; i < chunk; ++i) {
-        tokens.data[size_t(i)] = i < real ? o.prompt[size_t(start + i)] : 0;  // pad: any id
-        positions.data[size_t(i)] = start + i;
+        tokens[size_t(i)] = i < real ? o.prompt[size_t(start + i)] : 0;  // pad: any id
+        positions[size_t(i)] = start + i;
       }
-      last.data[0] = real - 1;
-      logits = run(prefill, {&tokens, &positions, &last}, vocab,
-                   "prefill of prompt rows " + std::to_string(start) + ".." +
-                       std::to_string(start + real - 1));
+      session.prefill(tokens, positions, real - 1,
+                      "prefill of prompt rows " + std::to_string(start) + ".." +
+                          std::to_string(start + real - 1));
     }
-    return logits;
+  };
+  // The token the last step chose: the methods' argmax, or a draw from its logits.
+  std::vector<float> all_logits;   // --logits: one row per step
+  auto choose = [&]() -> int64_t {
+    if (!host_logits) return session.token();
+    const float* l = session.logits();
+    if (!o.logits_file.empty()) all_logits.insert(all_logits.end(), l, l + vocab);
+    return o.sampling.greedy ? session.token() : sampler.next(l, size_t(vocab));
   };
   // Warm-up: the decode steps write row n, which the first timed decode step writes again
   // before anything reads it.
@@ -333,44 +288,51 @@ int llm_main(int argc, char** argv) {
   for (int64_t w = 0; w < o.warmup; ++w) {
     const auto t0 = Clock::now();
     prefill_prompt();
+    session.token();
     if (w == 0) first_prefill_ms = ms_since(t0);
     if (o.new_tokens > 1) {
-      token.data[0] = 0;
-      position.data[0] = n;
-      run(decode, {&token, &position}, vocab, "warm-up decode at position " + std::to_string(n));
+      session.decode(0, n, "warm-up decode at position " + std::to_string(n));
+      session.token();
     }
   }
   std::vector<double> prefill_times;
-  const float* logits = nullptr;
   for (int64_t r = 0; r < o.repeats; ++r) {
     const auto t0 = Clock::now();
-    logits = prefill_prompt();
+    prefill_prompt();
+    session.token();   // the prefill is done when its token is known
     prefill_times.push_back(ms_since(t0));
   }
-  std::vector<float> all_logits;   // --logits: one row per step
-  auto keep_logits = [&](const float* l) {
-    if (!o.logits_file.empty()) all_logits.insert(all_logits.end(), l, l + vocab);
-  };
-  keep_logits(logits);
-  std::vector<int64_t> out{sampler.next(logits, size_t(vocab))};
+  std::vector<int64_t> out{choose()};
   std::sort(prefill_times.begin(), prefill_times.end());
   const double prefill_ms = prefill_times[prefill_times.size() / 2];
 
+  // Greedy generation without --force or --logits chains the steps on the device (a
+  // device-resident program never returns a token to the host until the end); otherwise each
+  // step's token comes from the host.
+  const bool chained = o.sampling.greedy && o.force.empty() && o.logits_file.empty();
   double execute_ms = 0;
   const auto decode_start = Clock::now();
   for (int64_t step = 1; step < o.new_tokens; ++step) {
-    token.data[0] = o.force.empty() ? out.back() : o.force[size_t(step - 1)];
-    position.data[0] = n + step - 1;
+    const int64_t position = n + step - 1;
+    const std::string what = "decode at position " + std::to_string(position);
     const auto t0 = Clock::now();
-    logits = run(decode, {&token, &position}, vocab,
-                 "decode at position " + std::to_string(position.data[0]));
+    if (chained) {
+      session.decode_greedy(position, what);
+    } else {
+      session.decode(o.force.empty() ? out.back() : o.force[size_t(step - 1)], position, what);
+      out.push_back(choose());
+    }
     execute_ms += ms_since(t0);
-    keep_logits(logits);
-    out.push_back(sampler.next(logits, size_t(vocab)));
     if (!o.quiet && (step % 16 == 0 || step + 1 == o.new_tokens)) {
       std::fprintf(stderr, "\rkiln_llm: %lld/%lld tokens, %.3f ms/token", (long long)(step + 1),
                    (long long)o.new_tokens, execute_ms / double(step));
     }
+  }
+  if (chained && o.new_tokens > 1) {
+    // Each step was fed the one before's token: those, then the last step's own.
+    out = session.greedy_tokens();
+    out.push_back(session.token());
+    execute_ms = ms_since(decode_start);
   }
   const double decode_ms = ms_since(decode_start);
   const int64_t steps = o.new_tokens - 1;
@@ -386,8 +348,10 @@ int llm_main(int argc, char** argv) {
     std::printf("first_prefill_ms=%.3f (loads kernels, builds plans)\n", first_prefill_ms);
   }
   if (steps > 0) {
-    std::printf("decode_ms_per_token=%.4f (execute only, %lld steps)\n",
-                execute_ms / double(steps), (long long)steps);
+    std::printf("decode_ms_per_token=%.4f (%s, %lld steps)\n", execute_ms / double(steps),
+                chained ? "greedy steps chained on the device"
+                        : "execute, inputs in, logits out, sampling",
+                (long long)steps);
     std::printf("tokens_per_s=%.1f (decode steps with logits to the host and sampling)\n",
                 double(steps) / (decode_ms / 1e3));
   }

@@ -154,8 +154,7 @@ int run_main(int argc, char** argv) {
   // A device-resident program (exported with device_resident=True) takes and returns device
   // tensors: its inputs are copied to device memory once per run, outside the timed executes, and
   // its outputs get device buffers of their own; the copies back happen only for printing.
-  std::vector<et::etensor::Device> input_devices;
-  for (size_t i = 0; i < method.inputs_size(); ++i) input_devices.push_back(value_device(method.get_input(i)));
+  const std::vector<et::etensor::Device> input_devices = kiln::runner::input_devices(method);
   const std::vector<std::unique_ptr<DeviceMemory>> output_memory = bind_device_outputs(method);
   const bool device_io = !output_memory.empty() ||
                          std::any_of(input_devices.begin(), input_devices.end(),

@@ -103,6 +103,17 @@ et::etensor::Device value_device(const et::EValue& v) {
   return {impl->device_type(), impl->device_index()};
 }
 
+std::vector<et::etensor::Device> input_devices(et::Method& method) {
+  std::vector<et::etensor::Device> devices;
+  // ExecuTorch 1.5 states an input's device only on its EValue, whose accessor is deprecated
+  // (MethodMeta's TensorInfo has no device).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  for (size_t i = 0; i < method.inputs_size(); ++i) devices.push_back(value_device(method.get_input(i)));
+#pragma GCC diagnostic pop
+  return devices;
+}
+
 void make_inputs(const et::MethodMeta& meta, const Run& run, const Options& opts,
                  const std::vector<et::etensor::Device>& devices, std::vector<InputTensor>& keep) {
   keep.clear();

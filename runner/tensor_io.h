@@ -26,6 +26,9 @@ std::string shape_string(const std::vector<int64_t>& sizes);
 // device-resident), as the loaded method describes it.
 et::etensor::Device value_device(const et::EValue& v);
 
+// The device of each input of `method`, in input order.
+std::vector<et::etensor::Device> input_devices(et::Method& method);
+
 // One input tensor the runner owns: metadata arrays and data outlive the method. A
 // device-resident input's bytes are copied to device memory once, before the run's executes.
 struct InputTensor {

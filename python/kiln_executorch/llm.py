@@ -6,14 +6,20 @@ the GPU (each method one Kiln delegate, no operator left to ExecuTorch).
     from kiln_executorch.llm import export_llm
     export_llm(LlamaForCausalLM(config).eval(), "llama.pte", max_context=2048, prefill_length=128)
 
-The methods (int64 inputs, float32 logits out):
-- ``prefill(tokens [1, P], positions [P], last [1]) -> logits [1, 1, vocab]``: writes the keys
-  and values of P tokens at cache rows `positions` and returns the logits at index `last` of the
-  chunk. A prompt shorter than P is padded at its end (any token id) with positions continuing
+The methods take and return CUDA tensors (device_resident=True, the default): runner/kiln_llm
+feeds each greedy token to the next decode step on the GPU. device_resident=False gives methods
+over host tensors.
+
+The methods (int64 inputs; float32 logits and the greedy next token out):
+- ``prefill(tokens [1, P], positions [P], last [1]) -> (logits [1, 1, vocab], token [1, 1])``:
+  writes the keys and values of P tokens at cache rows `positions` and returns the logits at
+  index `last` of the chunk and their argmax (the greedy next token, computed on the GPU: a
+  runner that generates greedily never needs the logits on the host). A prompt shorter than P is padded at its end (any token id) with positions continuing
   past it: causal masking keeps the pad rows out of every real token's attention, and decode
   overwrites each pad row before it reads it. A longer prompt is prefilled in chunks of P.
-- ``decode(token [1, 1], position [1]) -> logits [1, 1, vocab]``: one token at cache row
-  `position`, attending to rows 0..position.
+- ``decode(token [1, 1], position [1]) -> (logits [1, 1, vocab], token [1, 1])``: one token at
+  cache row `position`, attending to rows 0..position; the token output has the token input's
+  shape, so a device-resident program's runner feeds one step's output to the next on the GPU.
 - constant methods ``max_context``, ``prefill_length`` and ``vocab_size`` (ints), read by
   runners (runner/kiln_llm) the way ExecuTorch's LLM runners read ``get_max_seq_len``.
 
@@ -65,7 +71,7 @@ class KvCache:
 class StaticCacheDecoder(nn.Module):
     """A HF causal LM (``.model`` the decoder stack, ``.lm_head`` the vocabulary projection) with
     a static KV cache of `max_context` rows per layer. forward(tokens [1, S], positions [S], last
-    [1] or None) -> logits [1, 1 (or S), vocab]."""
+    [1] or None) -> (logits [1, 1 (or S), vocab] float32, their argmax [1, 1 (or S)] int64)."""
 
     def __init__(self, model, max_context: int):
         super().__init__()
@@ -99,7 +105,8 @@ class StaticCacheDecoder(nn.Module):
                                   use_cache=True).last_hidden_state
         if last is not None:
             hidden = hidden.index_select(1, last)
-        return self.model.lm_head(hidden).float()
+        logits = self.model.lm_head(hidden).float()
+        return logits, logits.argmax(-1)
 
 
 class _Method(nn.Module):
@@ -149,10 +156,13 @@ def lower_llm(model, max_context: int = 2048, prefill_length: int = 128,
 
 
 def export_llm(model, path, max_context: int = 2048, prefill_length: int = 128,
-               precision: str = "bf16", device_resident: bool = False, weights=None):
+               precision: str = "bf16", device_resident: bool = True, weights=None):
     """Exports `model` (a HF causal LM in eval mode) to `path`: methods prefill and decode sharing
     the KV caches, constant methods max_context, prefill_length and vocab_size (weights: as
-    lower_llm's). Raises ValueError
+    lower_llm's). device_resident (default True): the methods take and return CUDA tensors, so
+    kiln_llm keeps a greedy token on the GPU from one step to the next and copies no logits;
+    False gives host tensors (ExecuTorch copies inputs and outputs on every step), for runtimes
+    that hand the methods CPU tensors. Raises ValueError
     when a method is not one Kiln delegate with no operator left to ExecuTorch. Returns a dict
     describing the program (sizes, the delegate count and CPU operators per method)."""
     from .aot import KilnPartitioner, read_delegates, read_operators
@@ -204,26 +214,30 @@ def chunks(prompt_length: int, prefill_length: int, max_context: int):
 
 
 def run_generation(run, prompt, new_tokens: int, prefill_length: int, max_context: int):
-    """Greedy generation through `run(method, inputs) -> [logits]` (a runtime or the reference
-    interpreter): the prompt in chunks through prefill, then decode. Returns (tokens generated,
-    [logits of each step, float32 [vocab]])."""
+    """Greedy generation through `run(method, inputs) -> [logits, token]` (a runtime or the
+    reference interpreter): the prompt in chunks through prefill, then decode, each next token the
+    argmax of the logits (ValueError when the method's own token output says otherwise). Returns
+    (tokens generated, [logits of each step, float32 [vocab]])."""
     if len(prompt) + new_tokens > max_context:
         raise ValueError(f"{len(prompt)} prompt tokens + {new_tokens} new ones do not fit the "
                          f"cache's {max_context} rows")
     logits = None
     for start, n in chunks(len(prompt), prefill_length, max_context):
         chunk = prompt[start:start + n] + [0] * (prefill_length - n)
-        (logits,) = run("prefill", [torch.tensor([chunk]),
-                                    torch.arange(start, start + prefill_length),
-                                    torch.tensor([n - 1])])
+        logits, token = run("prefill", [torch.tensor([chunk]),
+                                        torch.arange(start, start + prefill_length),
+                                        torch.tensor([n - 1])])
     out, steps = [], []
     position = len(prompt)
     for step in range(new_tokens):
         last = logits.reshape(-1).float()
         steps.append(last)
         out.append(int(last.argmax()))
+        if int(token.reshape(-1)[0]) != out[-1]:
+            raise ValueError(f"step {step}: the method's token output {int(token.reshape(-1)[0])} "
+                             f"is not the argmax of its logits ({out[-1]})")
         if step + 1 == new_tokens:
             break
-        (logits,) = run("decode", [torch.tensor([[out[-1]]]), torch.tensor([position])])
+        logits, token = run("decode", [torch.tensor([[out[-1]]]), torch.tensor([position])])
         position += 1
     return out, steps

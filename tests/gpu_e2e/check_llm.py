@@ -125,7 +125,8 @@ def eager_run(decoder):
     def run(method, inputs):
         inputs = [x.cuda() for x in inputs]
         with torch.no_grad():
-            return [decoder(*inputs).float().cpu()]
+            logits, token = decoder(*inputs)
+            return [logits.float().cpu(), token.cpu()]
     return run
 
 

@@ -5,7 +5,9 @@ decode sharing the KV cache) for the GPU check (check_llm.py).
                                                   (or KILN_LLM_BENCH=..., KILN_LLM_VARIANTS=...)
 
 Always: `small` (2 layers, width 256, 8 heads / 2 KV heads, FFN 512, vocab 1024, cache 192 rows,
-prefill chunks of 32) in fp32, bf16 and bf16 with quantized weights (bf16_int8: KilnPartitioner
+prefill chunks of 32) in fp32, bf16, bf16 over host tensors (bf16_host: export_llm's
+device_resident=False; every other variant is device-resident, the default) and bf16 with
+quantized weights (bf16_int8: KilnPartitioner
 weights="int8", every projection and the LM head per-channel int8; bf16_int4: weights="int4",
 int4 in groups of 128), weights regenerated from the seed as bench/real_models.py
 does, with eager HF's greedy tokens on the CPU in fp32 for a fixed prompt. `--bench llama1b` adds
@@ -42,8 +44,8 @@ import real_models  # noqa: E402  (bench/real_models.py: seeded weights and thei
 CONFIGS = {
     "small": (dict(num_hidden_layers=2, hidden_size=256, num_attention_heads=8,
                    num_key_value_heads=2, intermediate_size=512, vocab_size=1024,
-                   max_position_embeddings=4096), 192, 32, ("fp32", "bf16", "bf16_int8",
-                                                              "bf16_int4")),
+                   max_position_embeddings=4096), 192, 32, ("fp32", "bf16", "bf16_host",
+                                                              "bf16_int8", "bf16_int4")),
     "llama1b": (dict(num_hidden_layers=16, hidden_size=2048, num_attention_heads=32,
                      num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
                      max_position_embeddings=131072, tie_word_embeddings=True,
@@ -109,10 +111,13 @@ def main():
         for variant in precisions:
             if keep and variant not in keep:
                 continue
-            precision, _, weights = variant.partition("_")   # "bf16_int8": bf16, int8 weights
+            # "bf16_int8": bf16 with int8 weights; "_host": methods over host tensors (the
+            # default export is device-resident).
+            precision, *options = variant.split("_")
+            weights = next((o for o in options if o.startswith("int")), "")
             pte = args.out / f"{name}_{variant}.pte"
             info = export_llm(model, pte, max_context, prefill, precision=precision,
-                              weights=weights or None)
+                              weights=weights or None, device_resident="host" not in options)
             programs[f"{name}_{variant}"] = {
                 "file": pte.name, "config_name": name, "config": kwargs, "seed": SEED,
                 "digest": digest, "precision": precision, "weights": weights or None,

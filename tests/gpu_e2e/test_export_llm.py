@@ -1,5 +1,6 @@
 """CI side of the LLM GPU check: export_llm.py writes what check_llm.py needs (the small model in
-fp32, bf16 and bf16 with int8 / int4 weights, each method one Kiln delegate with no operator left,
+fp32, bf16 (device-resident, and over host tensors) and bf16 with int8 / int4 weights, each
+method one Kiln delegate with no operator left, returning the logits and their argmax,
 the weights' digest the GPU side rebuilds, a prompt and eager HF's CPU tokens), the model rebuilt
 from config and seed gives the same digest and, through the eager static-cache decoder
 check_llm.py times, the same tokens; check_llm.py's divergence rule accepts only near-ties; and the
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kiln_executorch.aot import read_delegates, read_operators
+from kiln_executorch.aot import read_delegates, read_method_io, read_operators
 from kiln_executorch.aot.backend import unwrap_state_keys
 
 HERE = Path(__file__).resolve().parent
@@ -47,13 +48,20 @@ def test_an_unknown_variant_is_refused_before_any_export(tmp_path):
 
 def test_programs_are_one_delegate_per_method_sharing_named_states(exported):
     out, meta = exported
-    assert sorted(meta["programs"]) == ["small_bf16", "small_bf16_int4", "small_bf16_int8",
-                                        "small_fp32"]
+    assert sorted(meta["programs"]) == ["small_bf16", "small_bf16_host", "small_bf16_int4",
+                                        "small_bf16_int8", "small_fp32"]
     for key, p in meta["programs"].items():
         pte = out / p["file"]
         assert read_operators(pte, device_copies=False) == {
             "prefill": [], "decode": [], "max_context": [], "prefill_length": [],
             "vocab_size": []}, key
+        # Device-resident by default: CUDA inputs and outputs, no et_copy; _host: host tensors.
+        io = read_method_io(pte)
+        where = "cpu" if key.endswith("_host") else "cuda:0"
+        for method in ("prefill", "decode"):
+            assert io[method].inputs == [where] * len(io[method].inputs), (key, method)
+            assert io[method].outputs == [where, where], (key, method)
+            assert bool(io[method].copies) == (where == "cpu"), (key, method)
         keys = {d.method: unwrap_state_keys(d.data)[0] for d in read_delegates(pte)}
         assert keys["prefill"] == keys["decode"] and len(keys["decode"]) == 4, key
         assert len(p["prompt"]) + p["new_tokens"] <= p["max_context"]
@@ -74,7 +82,7 @@ def test_rebuilt_model_matches_digest_and_tokens(exported):
 
     def run(method, inputs):
         with torch.no_grad():
-            return [decoder(*inputs)]
+            return list(decoder(*inputs))
 
     tokens, logits = run_generation(run, p["prompt"], p["new_tokens"], p["prefill_length"],
                                     p["max_context"])
