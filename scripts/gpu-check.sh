@@ -13,7 +13,8 @@
 #       KILN_SUITE_STAGED names a finished `tests/suite/run_suite.py --out DIR` to copy
 #       (KILN_SUITE_SUBSET=ci lowers only the CI subset of its files). --e2e stages only the
 #       named checks of tests/gpu_e2e (e.g. --e2e llm with KILN_LLM_BENCH=llama1b_2l and
-#       KILN_LLM_VARIANTS=fp32,bf16: export_llm.py's options).
+#       KILN_LLM_VARIANTS=fp32,bf16: export_llm.py's options); KILN_E2E_FROM=BUNDLE copies the
+#       end-to-end programs of an earlier bundle instead of exporting them again.
 #       When the programs do not fit one transfer (--limit-mib) or one run (--max-keys models a
 #       bundle), prepare splits them (bench/bundle.py) into .gpu/stage-1.tar.xz, stage-2, ...
 #       (each with the install tree, the GPU tests and other programs in the first) and prints
@@ -82,8 +83,18 @@ prepare)
     PYTHONPATH="$root/python" .venv/bin/python bench/roofline.py export --out "$stage/roofline"
   fi
   # The end-to-end checks of tests/gpu_e2e: each export_<name>.py writes its programs here, and
-  # check_<name>.py runs them on the GPU machine.
-  if [ "$e2e" = 1 ]; then
+  # check_<name>.py runs them on the GPU machine. KILN_E2E_FROM=BUNDLE takes them from an earlier
+  # bundle instead (the runtime changed, the programs did not: no export).
+  if [ -n "${KILN_E2E_FROM:-}" ]; then
+    .venv/bin/python - "$KILN_E2E_FROM" "$stage" <<'PY'
+import sys, tarfile
+with tarfile.open(sys.argv[1], ignore_zeros=True) as t:
+    members = [m for m in t.getmembers() if m.name.startswith("e2e/")]
+    if not members:
+        sys.exit(f"gpu-check: {sys.argv[1]} has no e2e/ programs")
+    t.extractall(sys.argv[2], members=members)
+PY
+  elif [ "$e2e" = 1 ]; then
     for script in tests/gpu_e2e/export_*.py; do
       [ -e "$script" ] || continue
       name=$(basename "$script" .py); name=${name#export_}

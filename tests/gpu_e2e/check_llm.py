@@ -30,6 +30,7 @@ Per program (one line each, PASS/FAIL):
   programs the bytes a decode step reads: int8 linears with their scales, the other parameters
   in their dtype, an embedding tied to the LM head counted once, as the LM head; int4 the same at
   half a byte a weight with a scale per group).
+KILN_LLM_KERNELS=1 adds each large program's per-kernel times under ncu (bench/kernel_times.py).
 Needs python3 with torch (CUDA) and transformers, numpy; no executorch. Exits non-zero on any
 failure.
 """
@@ -118,6 +119,17 @@ def profile_methods(args, pte, p):
     for block in text:
         lines = block.splitlines()
         print("\n".join(lines[:14]))
+
+
+def kernel_times(args, pte):
+    """KILN_LLM_KERNELS=1: per-kernel GPU times of one warm decode and prefill execute under ncu
+    (bench/kernel_times.py), written to $KILN_E2E_OUT/llm_kernels_<program>.txt and printed."""
+    out = Path(os.environ.get("KILN_E2E_OUT", tempfile.gettempdir())) / f"llm_kernels_{pte.stem}.txt"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "kernel_times.py"), "--runner",
+                        str(args.runner), "--program", f"{pte}:decode", "--program",
+                        f"{pte}:prefill", "--out", str(out)],
+                       capture_output=True, text=True, timeout=1200)
+    print(r.stdout[-3000:] if r.returncode == 0 else f"kernel_times failed: {r.stderr[-1500:]}")
 
 
 def eager_run(decoder):
@@ -294,6 +306,8 @@ def check_program(args, key, p, failures, results):
     if args.no_timings:
         return
     profile_methods(args, pte, p)
+    if os.environ.get("KILN_LLM_KERNELS") and not key.startswith("small"):
+        kernel_times(args, pte)
     timing = {"kiln": {}}
     chunk = p["prefill_length"]
     for total in (chunk, 4 * chunk):

@@ -11,7 +11,10 @@
 // two CTAs per SM: fewer queries per CTA re-read K/V from L2 more often, but fill the device.
 // Where even R = 1 leaves the device mostly idle (decode: one query per head over a long KV
 // cache), the keys are split across CTAs too (flash decoding): each split writes its softmax
-// state and a second kernel merges them.
+// state, and the CTA that finishes last among a tile's splits merges them. When a KV head's
+// query heads and their queries fit one CTA (decode with grouped-query attention: 4 q heads per
+// KV head, one query each), the CTA takes them together ("packed"): its warps read each K/V tile
+// once for the whole group, where a CTA per q head re-read it per head and left 3 of 4 warps idle.
 // KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/attention_cudnn.h"
@@ -38,6 +41,7 @@ constexpr int kKeys = 32;                                     // keys per tile: 
 constexpr int kMaxCols = int(kMaxAttentionHeadDim / 32);      // accumulator columns per lane
 constexpr int kQueriesPerWarp[] = {1, 2, 4};                         // the instantiated R
 constexpr int kMaxPrecheckedTiles = 1024;  // key tiles a CTA's Bool-mask pre-check covers
+constexpr int kMaxSplits = 32;   // split-K: at most a warp's lanes (the merge takes one a lane)
 
 struct Params {
   const void* q;
@@ -52,12 +56,31 @@ struct Params {
   bool causal;
   float scale;
   // Split-K (flash decoding): blockIdx.z takes keys [z * chunk, (z + 1) * chunk) and writes its
-  // unnormalised state (max, sum, accumulators) to `partial` for attention_combine; splits 1
-  // writes `out` directly.
+  // unnormalised state (max, sum, accumulators) to `partial`; the last of a tile's splits to
+  // finish (counted in `arrivals`, reset by that CTA) merges them into `out`. splits 1 writes
+  // `out` directly.
   int splits;
   int64_t chunk;
   float* partial;
+  unsigned* arrivals;
+  // Packed: blockIdx.y is (batch, KV head) and a CTA row is (query head of the group, query):
+  // row % group the head, row / group the query. Otherwise blockIdx.y is (batch, query head).
+  bool packed;
+  int64_t batch;
 };
+
+// The query head and query a CTA row stands for (row in [0, kWarps * R)).
+struct QueryRow {
+  int64_t h, i;
+};
+
+__device__ __forceinline__ QueryRow query_row(const Params& p, int64_t i0, int row) {
+  if (p.packed) {
+    const int64_t hk = blockIdx.y % (p.heads_q / p.group);
+    return {hk * p.group + row % p.group, i0 + row / p.group};
+  }
+  return {int64_t(blockIdx.y % p.heads_q), i0 + row};
+}
 
 // Head dims rounded up to 4 (the score loop reads float4; the padding holds zeros), and the
 // K tile's row pitch, 4 floats more so that float4 reads of 8 consecutive lanes hit distinct banks.
@@ -88,21 +111,29 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t b = blockIdx.y / p.heads_q;
-  const int64_t h = blockIdx.y - b * p.heads_q;
-  const int64_t hk = h / p.group;
-  const int64_t i0 = int64_t(blockIdx.x) * (kWarps * R);
-  const T* q = static_cast<const T*>(p.q) + p.q_offset + b * p.qs[0] + h * p.qs[1];
+  const int64_t heads_y = p.packed ? p.heads_q / p.group : p.heads_q;   // heads along blockIdx.y
+  const int64_t b = blockIdx.y / heads_y;
+  const int64_t hk = p.packed ? blockIdx.y - b * heads_y : (blockIdx.y - b * heads_y) / p.group;
+  // Queries of one head a CTA covers: all its rows, or a group's share of them when packed.
+  const int64_t per_cta = p.packed ? (kWarps * R) / p.group : kWarps * R;
+  const int64_t i0 = int64_t(blockIdx.x) * per_cta;
+  const T* q0 = static_cast<const T*>(p.q) + p.q_offset + b * p.qs[0];
   const T* k = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1];
   const T* v = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1];
-  const int64_t mask_base = b * p.ms[0] + h * p.ms[1];
+  const int64_t rows_used = p.packed ? per_cta * p.group : kWarps * R;   // rows past it idle
+  auto live = [&](int row, const QueryRow& qr) { return row < rows_used && qr.i < p.seq_q; };
+  auto mask_at = [&](const QueryRow& qr, int64_t j) {
+    return b * p.ms[0] + qr.h * p.ms[1] + qr.i * p.ms[2] + j * p.ms[3];
+  };
 
   // The CTA's queries, scaled (zero rows past seq_q, zero columns past d).
   for (int row = warp; row < kWarps * R; row += kWarps) {
-    const int64_t i = i0 + row;
+    const QueryRow qr = query_row(p, i0, row);
+    const bool in = live(row, qr);
     for (int64_t c = lane; c < dp; c += 32) {
-      q_s[row * dp + c] =
-          i < p.seq_q && c < p.d ? to_float(q[i * p.qs[2] + c]) * p.scale : 0.0f;
+      q_s[row * dp + c] = in && c < p.d
+                              ? to_float(q0[qr.h * p.qs[1] + qr.i * p.qs[2] + c]) * p.scale
+                              : 0.0f;
     }
   }
 
@@ -118,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   // Causal: no query of this CTA sees a key past its last query.
   const int64_t kv_begin = int64_t(blockIdx.z) * p.chunk;
   int64_t kv_end = p.splits > 1 && kv_begin + p.chunk < p.seq_kv ? kv_begin + p.chunk : p.seq_kv;
-  if (p.causal && i0 + kWarps * R < kv_end) kv_end = i0 + kWarps * R;
+  if (p.causal && i0 + per_cta < kv_end) kv_end = i0 + per_cta;
 
   // Which of the CTA's key tiles any of its queries may see under a Bool mask, found in one
   // pass over the mask before the walk (a decode split over a static cache: the loads of every
@@ -129,14 +160,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   if (prechecked) {
     for (int w = threadIdx.x; w < kMaxPrecheckedTiles / 32; w += kThreads) seen_tiles[w] = 0u;
     __syncthreads();
-    const int64_t rows = i0 + kWarps * R <= p.seq_q ? kWarps * R : p.seq_q - i0;
+    const int64_t rows = rows_used;
     const uint8_t* mask = static_cast<const uint8_t*>(p.mask);
     const int64_t entries = tiles * rows * kKeys;
 #pragma unroll 4
     for (int64_t e = threadIdx.x; e < entries; e += kThreads) {
       const int64_t t = e / (rows * kKeys), rest = e - t * rows * kKeys;
-      const int64_t i = i0 + rest / kKeys, j = kv_begin + t * kKeys + rest % kKeys;
-      if (j < kv_end && !(p.causal && j > i) && mask[mask_base + i * p.ms[2] + j * p.ms[3]] != 0) {
+      const QueryRow qr = query_row(p, i0, int(rest / kKeys));
+      const int64_t j = kv_begin + t * kKeys + rest % kKeys;
+      if (qr.i < p.seq_q && j < kv_end && !(p.causal && j > qr.i) && mask[mask_at(qr, j)] != 0) {
         atomicOr(&seen_tiles[t / 32], 1u << (t % 32));
       }
     }
@@ -152,9 +184,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
       // which changes nothing): a static KV cache's rows past the positions written so far.
       bool seen = false;
       for (int e = threadIdx.x; e < kWarps * R * kKeys && !seen; e += kThreads) {
-        const int64_t i = i0 + e / kKeys, j = j0 + e % kKeys;
-        seen = i < p.seq_q && j < p.seq_kv && !(p.causal && j > i) &&
-               static_cast<const uint8_t*>(p.mask)[mask_base + i * p.ms[2] + j * p.ms[3]] != 0;
+        const QueryRow qr = query_row(p, i0, e / kKeys);
+        const int64_t j = j0 + e % kKeys;
+        seen = live(e / kKeys, qr) && j < p.seq_kv && !(p.causal && j > qr.i) &&
+               static_cast<const uint8_t*>(p.mask)[mask_at(qr, j)] != 0;
       }
       if (!__syncthreads_or(seen)) continue;
     }
@@ -187,10 +220,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     float* pw = p_s + warp * R * kKeys;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t i = i0 + warp * R + r;
-      bool keep = j < p.seq_kv && i < p.seq_q && !(p.causal && j > i);
+      const QueryRow qr = query_row(p, i0, warp * R + r);
+      bool keep = j < p.seq_kv && live(warp * R + r, qr) && !(p.causal && j > qr.i);
       if (keep && p.mask_kind != MaskKind::kNone) {
-        const int64_t at = mask_base + i * p.ms[2] + j * p.ms[3];
+        const int64_t at = mask_at(qr, j);
         if (p.mask_kind == MaskKind::kBool) {
           keep = static_cast<const uint8_t*>(p.mask)[at] != 0;
         } else {
@@ -225,15 +258,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     __syncwarp();
   }
 
-  T* out = static_cast<T*>(p.out) + b * p.os[0] + h * p.os[1];
+  T* out = static_cast<T*>(p.out) + b * p.os[0];
+  const int64_t rows_total = p.batch * p.heads_q * p.seq_q;   // query rows of the whole op
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int64_t i = i0 + warp * R + r;
+    const QueryRow qr = query_row(p, i0, warp * R + r);
     const float total = warp_reduce(l[r], Sum{});
-    if (i >= p.seq_q) continue;
-    if (p.splits > 1) {   // [split][b * heads_q + h][query]: max, sum, dv accumulators
-      float* part = p.partial +
-                    ((int64_t(blockIdx.z) * gridDim.y + blockIdx.y) * p.seq_q + i) * (p.dv + 2);
+    if (!live(warp * R + r, qr)) continue;
+    if (p.splits > 1) {   // [split][(b * heads_q + h) * seq_q + i]: max, sum, dv accumulators
+      const int64_t grow = (b * p.heads_q + qr.h) * p.seq_q + qr.i;
+      float* part = p.partial + (int64_t(blockIdx.z) * rows_total + grow) * (p.dv + 2);
       if (lane == 0) {
         part[0] = m[r];
         part[1] = total;
@@ -249,51 +283,63 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
 #pragma unroll
     for (int t = 0; t < kMaxCols; ++t) {
       const int64_t c = lane + 32 * t;
-      if (t < cols && c < p.dv) out[i * p.os[2] + c] = from_float<T>(acc[r][t] * inv);
-    }
-  }
-}
-
-// Merges the splits' states of one query row (blockIdx.x over batch * heads_q * seq_q), one
-// thread per output column: the softmax over all keys is each split's sum and accumulators
-// rescaled to the largest max. Every key masked out (no split saw one) gives 0, as unsplit.
-template <typename T>
-__global__ void attention_combine(Params p) {
-  const int64_t row = blockIdx.x;   // (b * heads_q + h) * seq_q + i
-  const int64_t rows = int64_t(gridDim.x);
-  const int64_t i = row % p.seq_q;
-  const int64_t bh = row / p.seq_q;
-  const int64_t b = bh / p.heads_q, h = bh - b * p.heads_q;
-  const int64_t width = p.dv + 2;
-  float m = -INFINITY;
-  for (int z = 0; z < p.splits; ++z) m = fmaxf(m, p.partial[(z * rows + row) * width]);
-  T* out = static_cast<T*>(p.out) + b * p.os[0] + h * p.os[1] + i * p.os[2];
-  for (int64_t c = threadIdx.x; c < p.dv; c += blockDim.x) {
-    float sum = 0.0f, acc = 0.0f;
-    if (m != -INFINITY) {
-      for (int z = 0; z < p.splits; ++z) {
-        const float* part = p.partial + (z * rows + row) * width;
-        const float w = part[0] == -INFINITY ? 0.0f : expf(part[0] - m);
-        sum += part[1] * w;
-        acc += part[2 + c] * w;
+      if (t < cols && c < p.dv) {
+        out[qr.h * p.os[1] + qr.i * p.os[2] + c] = from_float<T>(acc[r][t] * inv);
       }
     }
-    out[c] = from_float<T>(sum == 0.0f ? 0.0f : acc / sum);
   }
+  if (p.splits <= 1) return;
+  // The last of this tile's splits to finish merges them all: the softmax over every key is each
+  // split's sum and accumulators rescaled to the largest max; every key masked out (no split
+  // saw one) gives 0, as unsplit.
+  __shared__ bool last;
+  __threadfence();   // this CTA's partial state is visible before it counts itself in
+  __syncthreads();
+  unsigned* arrivals = p.arrivals + blockIdx.y * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(p.splits) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // A lane per split (splits <= kMaxSplits == 32) for the maxima and sums; then lanes over the
+  // columns with every split's load issued at once (the loop unrolled): one round trip to L2, not
+  // one per split.
+  const int64_t split_stride = rows_total * (p.dv + 2);
+  for (int row = warp; row < rows_used; row += kWarps) {
+    const QueryRow qr = query_row(p, i0, row);
+    if (qr.i >= p.seq_q) continue;
+    const float* part = p.partial + ((b * p.heads_q + qr.h) * p.seq_q + qr.i) * (p.dv + 2);
+    const float mz = lane < p.splits ? __ldcg(part + lane * split_stride) : -INFINITY;
+    const float lz = lane < p.splits ? __ldcg(part + lane * split_stride + 1) : 0.0f;
+    const float mx = warp_reduce(mz, Max{});
+    const float wz = mz == -INFINITY ? 0.0f : expf(mz - mx);
+    const float sum = warp_reduce(lz * wz, Sum{});
+    float w[kMaxSplits];
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) w[z] = __shfl_sync(0xffffffffu, wz, z);
+    for (int64_t c = lane; c < p.dv; c += 32) {
+      float a = 0.0f;
+#pragma unroll
+      for (int z = 0; z < kMaxSplits; ++z) {
+        if (z < p.splits) a += __ldcg(part + z * split_stride + 2 + c) * w[z];
+      }
+      out[qr.h * p.os[1] + qr.i * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+    }
+  }
+  if (threadIdx.x == 0) *arrivals = 0u;   // ready for the next launch (graph replays too)
+}
+
+// CTAs of one launch: (query tiles, batch * heads along y, splits).
+dim3 attention_grid(const Params& p, int r) {
+  const int64_t per_cta = p.packed ? (kWarps * r) / p.group : kWarps * r;
+  const int64_t heads = p.packed ? p.heads_q / p.group : p.heads_q;
+  return dim3(static_cast<unsigned>((p.seq_q + per_cta - 1) / per_cta),
+              static_cast<unsigned>(p.batch * heads), static_cast<unsigned>(p.splits));
 }
 
 template <typename T, int R>
-Error launch(const Params& p, int64_t batch, cudaStream_t stream) {
-  const int64_t tiles = (p.seq_q + kWarps * R - 1) / (kWarps * R);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(batch * p.heads_q),
-                  static_cast<unsigned>(p.splits));
+Error launch(const Params& p, cudaStream_t stream) {
   const size_t bytes = smem_floats(R, p.d, p.dv) * sizeof(float);
-  attention_kernel<T, R><<<grid, kThreads, bytes, stream>>>(p);
-  if (p.splits > 1) {
-    const int threads = p.dv >= 128 ? 128 : 64;
-    attention_combine<T><<<static_cast<unsigned>(batch * p.heads_q * p.seq_q), threads, 0,
-                           stream>>>(p);
-  }
+  attention_kernel<T, R><<<attention_grid(p, R), kThreads, bytes, stream>>>(p);
   return Error::Ok;
 }
 
@@ -315,7 +361,6 @@ Error allow_smem(size_t bytes, size_t op) {
 // waiting on its K/V loads, so short splits (two tiles) over many CTAs beat long ones: a
 // two-layer Llama-1B cut's decode at context 1024 went from 0.748 to 0.554 ms a token when its
 // 2048-row cache went from 9 splits of 8 tiles to 32 of 2.
-constexpr int kMaxSplits = 32;
 constexpr int64_t kMinSplitKeys = 64;
 constexpr int64_t kMaxSplitQueries = 16;
 
@@ -323,13 +368,26 @@ bool may_split(const AttentionArgs& a) {
   return a.seq_q <= kMaxSplitQueries && a.seq_kv >= 2 * kMinSplitKeys;
 }
 
+// Whether a KV head's query heads and all their queries fit one CTA (packed), and with how many
+// queries per warp: decode with grouped-query attention. 0 when not.
+int packed_queries_per_warp(const AttentionArgs& a) {
+  const int64_t group = a.heads_q / a.heads_kv;
+  if (group < 2) return 0;
+  for (int r : kQueriesPerWarp) {
+    if ((kWarps * r) % group == 0 && a.seq_q * group <= kWarps * r) return r;
+  }
+  return 0;
+}
+
 class AttentionStep final : public Step {
  public:
   AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r,
-                float* partial)
-      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r), partial_(partial) {}
+                float* partial, unsigned* arrivals)
+      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r), partial_(partial),
+        arrivals_(arrivals) {}
   ~AttentionStep() override {
     if (partial_ != nullptr) cudaFree(partial_);
+    if (arrivals_ != nullptr) cudaFree(arrivals_);
   }
 
   Error enqueue(const RunContext& ctx) override {
@@ -340,14 +398,17 @@ class AttentionStep final : public Step {
     p.v = ctx.ptr(a_.v);
     p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
     p.out = ctx.ptr(a_.out);
-    const int r = queries_per_warp(ctx.max_blocks);
+    p.batch = a_.batch;
+    const int packed_r = forced_r_ == 0 ? packed_queries_per_warp(a_) : 0;
+    p.packed = packed_r != 0;
+    const int r = p.packed ? packed_r : queries_per_warp(ctx.max_blocks);
     splits_for(r, ctx.max_blocks, p);
     Error e = Error::Ok;
     visit_floating(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      e = r == 1 ? launch<T, 1>(p, a_.batch, ctx.stream)
-          : r == 2 ? launch<T, 2>(p, a_.batch, ctx.stream)
-                   : launch<T, 4>(p, a_.batch, ctx.stream);
+      e = r == 1 ? launch<T, 1>(p, ctx.stream)
+          : r == 2 ? launch<T, 2>(p, ctx.stream)
+                   : launch<T, 4>(p, ctx.stream);
     });
     return e;
   }
@@ -358,8 +419,10 @@ class AttentionStep final : public Step {
     p.splits = 1;
     p.chunk = a_.seq_kv;
     p.partial = partial_;
+    p.arrivals = arrivals_;
     if (partial_ == nullptr) return;
-    const int64_t ctas = a_.batch * a_.heads_q * ((a_.seq_q + kWarps * r - 1) / (kWarps * r));
+    const dim3 grid = attention_grid(p, r);
+    const int64_t ctas = int64_t(grid.x) * grid.y;
     int64_t splits = (max_blocks + ctas - 1) / ctas;   // about 8 CTAs per SM
     splits = std::min<int64_t>({splits, kMaxSplits, a_.seq_kv / kMinSplitKeys});
     if (splits <= 1) return;
@@ -386,6 +449,7 @@ class AttentionStep final : public Step {
   blob::DType dtype_;
   int forced_r_;     // 0: chosen per launch
   float* partial_;   // split-K states (may_split shapes), else null
+  unsigned* arrivals_;   // split-K: per tile of queries, the splits done so far (zeroed)
 };
 
 // KILN_ATTENTION_QUERIES: queries per CTA (4, 8 or 16) -> R, or 0 (unset: automatic).
@@ -468,6 +532,7 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
   const Result<int> forced = forced_queries_per_warp(ctx.op_index);
   if (!forced.ok()) return forced.error();
   float* partial = nullptr;
+  unsigned* arrivals = nullptr;
   if (may_split(a)) {
     const size_t bytes = size_t(kMaxSplits) * size_t(a.batch * a.heads_q * a.seq_q) *
                          size_t(a.head_dim_v + 2) * sizeof(float);
@@ -475,8 +540,19 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
                          "Kiln engine: op %zu (attention): cudaMalloc of %zu bytes for the "
                          "split-K partial results",
                          ctx.op_index, bytes));
+    // A counter per CTA tile of queries: at most one per query head and tile of 4 queries.
+    const size_t counters = size_t(a.batch * a.heads_q * ((a.seq_q + kWarps - 1) / kWarps));
+    cudaError_t status = cudaMalloc(&arrivals, counters * sizeof(unsigned));
+    if (status == cudaSuccess) status = cudaMemset(arrivals, 0, counters * sizeof(unsigned));
+    if (status != cudaSuccess) {
+      cudaFree(partial);
+      cudaFree(arrivals);
+      return cuda_status(status, Error::MemoryAllocationFailed,
+                         "Kiln engine: op %zu (attention): the split-K arrival counters",
+                         ctx.op_index);
+    }
   }
-  std::unique_ptr<Step> kiln(new AttentionStep(a, p, dtype, forced.get(), partial));
+  std::unique_ptr<Step> kiln(new AttentionStep(a, p, dtype, forced.get(), partial, arrivals));
   // fp32 encoder / prefill shapes: cuBLASLt's GEMMs around a softmax (attention_gemm.cu).
   if (gemm_attention_unsupported(a, g) == nullptr) {
     StepResult gemm = make_gemm_attention_step(a, ctx, kiln);

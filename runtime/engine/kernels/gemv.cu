@@ -32,38 +32,81 @@ struct GemvParams {
   int n, k;
 };
 
+constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
+
 // out[m, col] = act(alpha * a[m, :] . b[col, :] + residual[m, col] + beta * bias[...]). A warp per
-// output column streams its weight row with 16-byte loads (four in flight per lane) and dots it
+// output column streams its weight row with 16-byte loads (kLoads in flight per lane) and dots it
 // with the M activation rows staged in shared memory as fp32; fp32 accumulation, one rounding.
+// The warp's first weight vectors are requested before the activations are staged, so the two
+// memory round trips overlap instead of adding up at the start of every block.
 // kWide false: rows that are not whole 16-byte vectors (a squeeze-excitation FC's K of 4..28)
 // are read an element a lane.
 template <typename T, int kM, bool kWide>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   constexpr int kVector = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   extern __shared__ float staged[];   // [kM][K]
-  const T* a = static_cast<const T*>(p.a);
-  for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) staged[i] = to_float(a[i]);
-  __syncthreads();
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const T* b = static_cast<const T*>(p.b);
-  for (int col = blockIdx.x * kWarps + warp; col < p.n; col += gridDim.x * kWarps) {
+  const int first = blockIdx.x * kWarps + warp;
+  const int vectors = p.k / kVector;
+  uint4 ahead[kLoads];
+  if constexpr (kWide) {
+    const uint4* row = reinterpret_cast<const uint4*>(b + static_cast<size_t>(first) * p.k);
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int v = lane + 32 * u;
+      ahead[u] = first < p.n && v < vectors ? __ldg(row + v) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  const T* a = static_cast<const T*>(p.a);
+  if constexpr (kWide) {
+    // 16-byte loads of the activations, several in flight per thread: a K of 8192 staged in one
+    // round trip, where an element a thread took one per 256 elements.
+    const uint4* a4 = reinterpret_cast<const uint4*>(a);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kM * vectors; i += blockDim.x) {
+      const uint4 packed = __ldg(a4 + i);
+      const T* e = reinterpret_cast<const T*>(&packed);
+#pragma unroll
+      for (int q = 0; q < kVector / 4; ++q) {
+        reinterpret_cast<float4*>(staged + i * kVector)[q] =
+            make_float4(to_float(e[4 * q]), to_float(e[4 * q + 1]), to_float(e[4 * q + 2]),
+                        to_float(e[4 * q + 3]));
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) staged[i] = to_float(a[i]);
+  }
+  __syncthreads();
+  for (int col = first; col < p.n; col += gridDim.x * kWarps) {
     const T* weight_row = b + static_cast<size_t>(col) * p.k;
     float acc[kM] = {};
     if constexpr (kWide) {
       const uint4* row = reinterpret_cast<const uint4*>(weight_row);
-#pragma unroll 4
-      for (int v = lane; v < p.k / kVector; v += 32) {
-        const uint4 packed = __ldg(row + v);
-        const T* w = reinterpret_cast<const T*>(&packed);
+      for (int v0 = lane; v0 < vectors; v0 += 32 * kLoads) {
+        uint4 loaded[kLoads];
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          const float4* x = reinterpret_cast<const float4*>(staged + m * p.k + v * kVector);
+        for (int u = 0; u < kLoads; ++u) {
+          const int v = v0 + 32 * u;
+          loaded[u] = col == first && v0 == lane ? ahead[u]
+                      : v < vectors              ? __ldg(row + v)
+                                                 : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-          for (int q = 0; q < kVector / 4; ++q) {
-            const float4 xq = x[q];
-            acc[m] += to_float(w[4 * q]) * xq.x + to_float(w[4 * q + 1]) * xq.y +
-                      to_float(w[4 * q + 2]) * xq.z + to_float(w[4 * q + 3]) * xq.w;
+        for (int u = 0; u < kLoads; ++u) {
+          const int v = v0 + 32 * u;
+          if (v >= vectors) continue;   // not break: `loaded` stays in registers
+          const T* w = reinterpret_cast<const T*>(&loaded[u]);
+#pragma unroll
+          for (int m = 0; m < kM; ++m) {
+            const float4* x = reinterpret_cast<const float4*>(staged + m * p.k + v * kVector);
+#pragma unroll
+            for (int q = 0; q < kVector / 4; ++q) {
+              const float4 xq = x[q];
+              acc[m] += to_float(w[4 * q]) * xq.x + to_float(w[4 * q + 1]) * xq.y +
+                        to_float(w[4 * q + 2]) * xq.z + to_float(w[4 * q + 3]) * xq.w;
+            }
           }
         }
       }

@@ -189,7 +189,13 @@ TEST_F(EngineGpu, AttentionMasksAndCausal) {
                           Case{1, 32, 8, 1, 2048, 64, 64, false, Mask::kCachePositions},
                           Case{1, 8, 2, 3, 1000, 64, 64, true},
                           Case{1, 2, 2, 2, 600, 32, 48, false, Mask::kAdditiveRows},
-                          Case{2, 4, 4, 4, 777, 16, 16}}) {
+                          Case{2, 4, 4, 4, 777, 16, 16},
+                          // A KV head's query heads packed into one CTA (grouped decode), split:
+                          // 8 heads x 2 queries per CTA with a per-head mask whose row 0 is dead,
+                          // strided q and a [B, Sq, H, D] out; 4 heads x 1 query under a Bool
+                          // mask of batch 2.
+                          Case{2, 16, 2, 2, 500, 64, 64, false, Mask::kDeadRow, true, true},
+                          Case{2, 32, 8, 1, 2048, 64, 64, false, Mask::kBoolKeys}}) {
       run_case(dtype, c);
     }
   }
