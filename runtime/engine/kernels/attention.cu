@@ -98,8 +98,10 @@ struct Sum {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-template <typename T, int R>
-__global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
+// C: accumulator columns per lane (head_dim_v up to 32 * C), 1, 2, 4 or 8: the loops over them
+// unroll to what the head needs (a head of 64 runs 2, where a fixed 8 ran 6 predicated off).
+template <typename T, int R, int C>
+__global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int64_t dp = padded(p.d);
@@ -137,15 +139,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     }
   }
 
-  float m[R], l[R], acc[R][kMaxCols];
+  float m[R], l[R], acc[R][C];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
-    for (int t = 0; t < kMaxCols; ++t) acc[r][t] = 0.0f;
+    for (int t = 0; t < C; ++t) acc[r][t] = 0.0f;
   }
-  const int cols = int((p.dv + 31) / 32);
   // Causal: no query of this CTA sees a key past its last query.
   const int64_t kv_begin = int64_t(blockIdx.z) * p.chunk;
   int64_t kv_end = p.splits > 1 && kv_begin + p.chunk < p.seq_kv ? kv_begin + p.chunk : p.seq_kv;
@@ -238,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
       m[r] = m_new;
       l[r] = l[r] * alpha + e;
 #pragma unroll
-      for (int t = 0; t < kMaxCols; ++t) acc[r][t] *= alpha;
+      for (int t = 0; t < C; ++t) acc[r][t] *= alpha;
       pw[r * kKeys + lane] = e;
     }
     __syncwarp();
@@ -246,9 +247,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     for (int jj = 0; jj < keys; ++jj) {
       const float* vr = v_s + jj * p.dv;
 #pragma unroll
-      for (int t = 0; t < kMaxCols; ++t) {
+      for (int t = 0; t < C; ++t) {
         const int64_t c = lane + 32 * t;
-        if (t < cols && c < p.dv) {
+        if (c < p.dv) {
           const float vv = vr[c];
 #pragma unroll
           for (int r = 0; r < R; ++r) acc[r][t] = fmaf(pw[r * kKeys + jj], vv, acc[r][t]);
@@ -273,17 +274,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
         part[1] = total;
       }
 #pragma unroll
-      for (int t = 0; t < kMaxCols; ++t) {
+      for (int t = 0; t < C; ++t) {
         const int64_t c = lane + 32 * t;
-        if (t < cols && c < p.dv) part[2 + c] = acc[r][t];
+        if (c < p.dv) part[2 + c] = acc[r][t];
       }
       continue;
     }
     const float inv = total == 0.0f ? 0.0f : 1.0f / total;  // every key masked out: 0
 #pragma unroll
-    for (int t = 0; t < kMaxCols; ++t) {
+    for (int t = 0; t < C; ++t) {
       const int64_t c = lane + 32 * t;
-      if (t < cols && c < p.dv) {
+      if (c < p.dv) {
         out[qr.h * p.os[1] + qr.i * p.os[2] + c] = from_float<T>(acc[r][t] * inv);
       }
     }
@@ -313,16 +314,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
     const float mx = warp_reduce(mz, Max{});
     const float wz = mz == -INFINITY ? 0.0f : expf(mz - mx);
     const float sum = warp_reduce(lz * wz, Sum{});
-    float w[kMaxSplits];
-#pragma unroll
-    for (int z = 0; z < kMaxSplits; ++z) w[z] = __shfl_sync(0xffffffffu, wz, z);
-    for (int64_t c = lane; c < p.dv; c += 32) {
+    for (int64_t c0 = 0; c0 < p.dv; c0 += 32) {   // uniform over the warp: the shuffles below
+      const int64_t c = c0 + lane;
       float a = 0.0f;
 #pragma unroll
       for (int z = 0; z < kMaxSplits; ++z) {
-        if (z < p.splits) a += __ldcg(part + z * split_stride + 2 + c) * w[z];
+        const float w = __shfl_sync(0xffffffffu, wz, z);
+        if (z < p.splits && c < p.dv) a += __ldcg(part + z * split_stride + 2 + c) * w;
       }
-      out[qr.h * p.os[1] + qr.i * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+      if (c < p.dv) {
+        out[qr.h * p.os[1] + qr.i * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+      }
     }
   }
   if (threadIdx.x == 0) *arrivals = 0u;   // ready for the next launch (graph replays too)
@@ -336,18 +338,28 @@ dim3 attention_grid(const Params& p, int r) {
               static_cast<unsigned>(p.batch * heads), static_cast<unsigned>(p.splits));
 }
 
+// The kernel for R queries per warp and a head_dim_v of dv (its accumulator columns per lane).
+template <typename T, int R>
+auto kernel_for(int64_t dv) -> void (*)(Params) {
+  const int64_t cols = (dv + 31) / 32;
+  return cols <= 1 ? attention_kernel<T, R, 1>
+         : cols <= 2 ? attention_kernel<T, R, 2>
+         : cols <= 4 ? attention_kernel<T, R, 4>
+                     : attention_kernel<T, R, kMaxCols>;
+}
+
 template <typename T, int R>
 Error launch(const Params& p, cudaStream_t stream) {
   const size_t bytes = smem_floats(R, p.d, p.dv) * sizeof(float);
-  attention_kernel<T, R><<<attention_grid(p, R), kThreads, bytes, stream>>>(p);
+  kernel_for<T, R>(p.dv)<<<attention_grid(p, R), kThreads, bytes, stream>>>(p);
   return Error::Ok;
 }
 
 // Raises the kernel's dynamic shared memory limit past the default 48 KiB when this shape needs it.
 template <typename T, int R>
-Error allow_smem(size_t bytes, size_t op) {
+Error allow_smem(size_t bytes, int64_t dv, size_t op) {
   if (bytes <= 48 * 1024) return Error::Ok;
-  return cuda_status(cudaFuncSetAttribute(attention_kernel<T, R>,
+  return cuda_status(cudaFuncSetAttribute(kernel_for<T, R>(dv),
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(bytes)),
                      Error::NotSupported,
@@ -523,9 +535,9 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
     for (int r : kQueriesPerWarp) {
       const size_t bytes = smem_floats(r, a.head_dim, a.head_dim_v) * sizeof(float);
       if (e != Error::Ok) break;
-      e = r == 1 ? allow_smem<T, 1>(bytes, ctx.op_index)
-          : r == 2 ? allow_smem<T, 2>(bytes, ctx.op_index)
-                   : allow_smem<T, 4>(bytes, ctx.op_index);
+      e = r == 1 ? allow_smem<T, 1>(bytes, a.head_dim_v, ctx.op_index)
+          : r == 2 ? allow_smem<T, 2>(bytes, a.head_dim_v, ctx.op_index)
+                   : allow_smem<T, 4>(bytes, a.head_dim_v, ctx.op_index);
     }
   });
   if (e != Error::Ok) return e;
