@@ -116,19 +116,23 @@ TEST_F(EngineGpu, AttentionDecodeOverAStaticCache) {
   a.k = b.input(DType::kBFloat16, {1, kHkv, kCache, kD});
   a.v = b.input(DType::kBFloat16, {1, kHkv, kCache, kD});
   a.mask = b.input(DType::kBool, {1, 1, 1, kCache});
-  a.out = b.output(DType::kBFloat16, {1, kHq, 1, kD});
   a.batch = 1, a.heads_q = kHq, a.heads_kv = kHkv, a.seq_q = 1, a.seq_kv = kCache;
   a.head_dim = kD, a.head_dim_v = kD, a.scale = 0.125;
   a.mask_strides[0] = kCache, a.mask_strides[1] = 0, a.mask_strides[2] = kCache;
   a.mask_strides[3] = 1;
-  b.attention(a);
+  // Several ops a run, so that the host's work per execute hides behind the GPU's.
+  constexpr int kOps = 8;
+  for (int i = 0; i < kOps; ++i) {
+    a.out = b.output(DType::kBFloat16, {1, kHq, 1, kD});
+    b.attention(a);
+  }
   const std::vector<uint8_t> blob = b.build();
   const std::vector<size_t> in = {size_t(kHq * kD * 2), size_t(kHkv * kCache * kD * 2),
                                   size_t(kHkv * kCache * kD * 2), size_t(kCache)};
   for (int64_t position : {19, 127, 1023, 2047}) {
     for (const char* mode : {"packed", "per-head"}) {
       if (std::string(mode) == "per-head") setenv("KILN_ATTENTION_QUERIES", "4", 1);
-      const double us = time_blob(blob, in, {size_t(kHq * kD * 2)}, 200,
+      const double us = time_blob(blob, in, std::vector<size_t>(kOps, size_t(kHq * kD * 2)), 100,
                                   [&](std::vector<void*>& ins) {
                                     std::vector<uint8_t> m(size_t(kCache), 0);
                                     for (int64_t j = 0; j <= position; ++j) m[size_t(j)] = 1;
@@ -137,8 +141,8 @@ TEST_F(EngineGpu, AttentionDecodeOverAStaticCache) {
       unsetenv("KILN_ATTENTION_QUERIES");
       ASSERT_GT(us, 0.0);
       std::printf("[perf] attention decode %-8s 32 q / 8 kv heads, cache 2048, position %4lld: "
-                  "%6.2f us\n",
-                  mode, static_cast<long long>(position), us);
+                  "%6.2f us per op (%d ops a run)\n",
+                  mode, static_cast<long long>(position), us / kOps, kOps);
     }
   }
 }
