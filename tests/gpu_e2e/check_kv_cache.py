@@ -109,11 +109,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def check_tiny_lm_copies(args, meta, failures):
     """Three prompt steps of the tiny LM through kiln_runner --next: per step only the token and
-    the position go in and the logits (plus the 24-byte error flag) come out; the four caches
+    the position go in and the logits (plus the engine's error flag) come out; the four caches
     (layers x k/v, float32 [1, heads, max_seq, d_model / heads]) stay on the GPU."""
     lm = meta["tiny_lm"]
     cache_bytes = lm["layers"] * 2 * lm["max_seq"] * lm["d_model"] * 4
-    want_in, want_out = 8 + 8, lm["vocab"] * 4 + 24
+    want_in, want_out = 8 + 8, lm["vocab"] * 4 + meta["error_flag_bytes"]
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [str(args.runner), str(args.dir / "tiny_lm" / lm["model"]), "--copy-stats",
                "--values", "2"]

@@ -15,6 +15,7 @@ check_kv_cache.py runs them on the GPU through kiln_runner --next in one loaded 
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,7 +33,20 @@ from kiln_executorch.aot import export, read_delegates, read_operators  # noqa: 
 STEPS = 6
 PRECISIONS = {"fp32": {"atol": 1e-4, "rtol": 1e-4}, "bf16": {"atol": 3e-2, "rtol": 3e-2}}
 CACHE_BYTES = 2 * 32 * 32 * 4     # k_cache + v_cache, float32
-ERROR_FLAG_BYTES = 24             # the engine reads its range-error flag back after every run
+
+
+def error_flag_bytes():
+    """The bytes of the range-error flag the engine reads back after every run
+    (runtime/engine/step.h's DeviceErrorFlag, every field 8 bytes), read from the header so the
+    expected copy counts follow the struct."""
+    text = (REPO / "runtime" / "engine" / "step.h").read_text()
+    body = re.search(r"struct DeviceErrorFlag \{(.*?)\};", text, re.S)
+    if body is None:
+        raise SystemExit("export_kv_cache: no struct DeviceErrorFlag in runtime/engine/step.h")
+    return 8 * len(re.findall(r"^\s*(?:unsigned )?long long \w+;", body.group(1), re.M))
+
+
+ERROR_FLAG_BYTES = error_flag_bytes()
 
 
 def decode_inputs():
@@ -83,7 +97,7 @@ def main():
     meta = {"programs": programs, "precisions": PRECISIONS, "steps": records,
             "output_shape": [1, 1, 32], "bad_position_file": "bad_pos.bin",
             "copy_per_step": {"host_to_device": step_in, "device_to_host": step_out},
-            "cache_bytes": CACHE_BYTES}
+            "cache_bytes": CACHE_BYTES, "error_flag_bytes": ERROR_FLAG_BYTES}
     meta["tiny_lm"] = export_tiny_lm.write(out / "tiny_lm")
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     print(f"wrote {', '.join(p['file'] for p in programs.values())} and {len(records)} steps "
