@@ -255,13 +255,34 @@ __device__ __forceinline__ ArgAcc<V> arg_warp_reduce(ArgAcc<V> acc, bool is_max)
   return acc;
 }
 
+// A block's argmax (kGroup == blockDim.x threads, all calling it): every thread gets the block's
+// winner. It may be called again by the same threads (a loop over rows): it first waits for the
+// previous call's readers of its scratch.
+template <typename V, int kGroup>
+__device__ __forceinline__ ArgAcc<V> arg_block_reduce(ArgAcc<V> acc, bool is_max) {
+  __shared__ V scratch_v[32];
+  __shared__ int64_t scratch_i[32];
+  acc = arg_warp_reduce(acc, is_max);
+  const int warp = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    scratch_v[warp] = acc.v;
+    scratch_i[warp] = acc.i;
+  }
+  __syncthreads();
+  acc = ArgAcc<V>{scratch_v[0], scratch_i[0]};
+#pragma unroll
+  for (int w = 1; w < kGroup / 32; ++w) {
+    acc = arg_combine(acc, ArgAcc<V>{scratch_v[w], scratch_i[w]}, is_max);
+  }
+  return acc;
+}
+
 // inner == 1: a group of kGroup threads (warp or whole block) per contiguous row.
 template <typename T, int kGroup>
 __global__ void arg_rows_kernel(const T* __restrict__ x, int64_t* __restrict__ out, int64_t rows,
                                 int64_t cols, bool is_max) {
   using V = ArgValueOf<T>;
-  __shared__ V scratch_v[32];
-  __shared__ int64_t scratch_i[32];
   const RowGroup group = row_group<kGroup>();
   for (int64_t row = group.first; row < rows; row += group.stride) {
     const T* xr = x + row * cols;
@@ -269,20 +290,10 @@ __global__ void arg_rows_kernel(const T* __restrict__ x, int64_t* __restrict__ o
     for (int64_t c = group.lane; c < cols; c += kGroup) {
       acc = arg_combine(acc, ArgAcc<V>{arg_value(xr[c]), c}, is_max);
     }
-    acc = arg_warp_reduce(acc, is_max);
     if constexpr (kGroup > 32) {
-      const int warp = threadIdx.x >> 5;
-      __syncthreads();  // earlier readers of scratch are done
-      if ((threadIdx.x & 31) == 0) {
-        scratch_v[warp] = acc.v;
-        scratch_i[warp] = acc.i;
-      }
-      __syncthreads();
-      acc = ArgAcc<V>{scratch_v[0], scratch_i[0]};
-#pragma unroll
-      for (int w = 1; w < kGroup / 32; ++w) {
-        acc = arg_combine(acc, ArgAcc<V>{scratch_v[w], scratch_i[w]}, is_max);
-      }
+      acc = arg_block_reduce<V, kGroup>(acc, is_max);
+    } else {
+      acc = arg_warp_reduce(acc, is_max);
     }
     if (group.lane == 0) {
       out[row] = acc.i;
@@ -305,26 +316,6 @@ __global__ void arg_columns_kernel(const T* __restrict__ x, int64_t* __restrict_
     }
     out[i] = acc.i;
   }
-}
-
-// A block's group-wide argmax (kGroup == blockDim.x): every thread gets the block's winner.
-template <typename V, int kGroup>
-__device__ __forceinline__ ArgAcc<V> arg_block_reduce(ArgAcc<V> acc, bool is_max) {
-  __shared__ V scratch_v[32];
-  __shared__ int64_t scratch_i[32];
-  acc = arg_warp_reduce(acc, is_max);
-  const int warp = threadIdx.x >> 5;
-  if ((threadIdx.x & 31) == 0) {
-    scratch_v[warp] = acc.v;
-    scratch_i[warp] = acc.i;
-  }
-  __syncthreads();
-  acc = ArgAcc<V>{scratch_v[0], scratch_i[0]};
-#pragma unroll
-  for (int w = 1; w < kGroup / 32; ++w) {
-    acc = arg_combine(acc, ArgAcc<V>{scratch_v[w], scratch_i[w]}, is_max);
-  }
-  return acc;
 }
 
 // Few long rows (an LM head's argmax over 128256 logits): one block alone reads a row at a few

@@ -46,6 +46,20 @@ std::vector<uint8_t> cache_blob(const std::vector<float>& initial) {
   return b.build();
 }
 
+// A state [outer, len, inner] of `dtype` (initial value `init`) written by index_put at n
+// positions of `pos_dtype`, copied out whole: inputs values [outer, n, inner] and positions [n].
+std::vector<uint8_t> rows_blob(DType dtype, DType pos_dtype, int64_t outer, int64_t len,
+                               int64_t inner, int64_t n, const void* init) {
+  BlobBuilder b;
+  const int64_t cache = b.state(dtype, {outer, len, inner}, init);
+  const int64_t values = b.input(dtype, {outer, n, inner});
+  const int64_t pos = b.input(pos_dtype, {n});
+  const int64_t out = b.output(dtype, {outer, len, inner});
+  b.index_put(values, pos, cache, outer, len, inner, n);
+  b.copy(cache, out, {outer * len * inner}, 0, {1}, 0, {1});
+  return b.build();
+}
+
 class StateGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -140,14 +154,8 @@ TEST_F(StateGpu, SeveralInt32PositionsIntoBFloat16StateWithWideRows) {
   // bf16 rows of 8 elements = 16 bytes: the 16-byte word path.
   constexpr int64_t outer = 3, len = 6, inner = 8, n = 2;
   std::vector<__nv_bfloat16> init(outer * len * inner, __float2bfloat16(0.5f));
-  BlobBuilder b;
-  const int64_t cache = b.state(DType::kBFloat16, {outer, len, inner}, init.data());
-  const int64_t values = b.input(DType::kBFloat16, {outer, n, inner});
-  const int64_t pos = b.input(DType::kInt32, {n});
-  const int64_t out = b.output(DType::kBFloat16, {outer, len, inner});
-  b.index_put(values, pos, cache, outer, len, inner, n);
-  b.copy(cache, out, {outer * len * inner}, 0, {1}, 0, {1});
-  const std::vector<uint8_t> blob = b.build();
+  const std::vector<uint8_t> blob =
+      rows_blob(DType::kBFloat16, DType::kInt32, outer, len, inner, n, init.data());
   auto engine = Engine::create(blob.data(), blob.size());
   ASSERT_TRUE(engine.ok()) << g_log;
   std::vector<float> model(outer * len * inner, 0.5f);
@@ -177,14 +185,8 @@ TEST_F(StateGpu, ManyPositionsWithOneOutOfRangeWriteNothing) {
   for (const int64_t n : {int64_t{300}, int64_t{1100}}) {
     const int64_t outer = 3, len = n + 5, inner = 4;  // float rows of 16 bytes: one word each
     std::vector<float> init(outer * len * inner, 0.25f);
-    BlobBuilder b;
-    const int64_t cache = b.state(DType::kFloat32, {outer, len, inner}, init.data());
-    const int64_t values = b.input(DType::kFloat32, {outer, n, inner});
-    const int64_t pos = b.input(DType::kInt64, {n});
-    const int64_t out = b.output(DType::kFloat32, {outer, len, inner});
-    b.index_put(values, pos, cache, outer, len, inner, n);
-    b.copy(cache, out, {outer * len * inner}, 0, {1}, 0, {1});
-    const std::vector<uint8_t> blob = b.build();
+    const std::vector<uint8_t> blob =
+        rows_blob(DType::kFloat32, DType::kInt64, outer, len, inner, n, init.data());
     auto engine = Engine::create(blob.data(), blob.size());
     ASSERT_TRUE(engine.ok()) << g_log;
     std::vector<float> v(outer * n * inner);
