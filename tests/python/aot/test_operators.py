@@ -193,6 +193,12 @@ CASES = {
     "index_int_table": (lambda m, t, i: t[i] + 1, (randint(50, 7), randint(7, 3, 2))),
     "index_constant_two_tensors": (lambda m, x: x + torch.arange(20).reshape(4, 5)[
         torch.arange(4)[:, None], torch.arange(5)[None]], (x45,)),
+    # Several constant index tensors on a computed value: one kGather at precomputed offsets
+    # (broadcast index tensors; apart ones, whose dimensions torch moves to the front; negative).
+    "index_constant_tensors_on_computed": (lambda m, x: (x * 2)[
+        torch.tensor([0, 3, -1])[:, None], torch.tensor([4, 0])], (x45,)),
+    "index_constant_tensors_apart": (lambda m, x: (x + 1)[
+        torch.tensor([1, 0]), :, torch.tensor([2, -1])], (randn(2, 4, 3),)),
     # index_put on any tensor but owned state: a copy, then a kScatter reading the index tensors
     # on the device (negative ones count from the end; accumulate adds every duplicate).
     "index_put_rows": (lambda m, x, i, v: torch.index_put(x * 2, (i,), v) + 1,
@@ -552,7 +558,7 @@ def refused(found, op):
     (lambda m, x: torch.matmul(x.int(), x.int()), (randn(3, 3),), "aten.mm.default",
      "one floating dtype required"),
     (lambda m, x, i, j: x[i, j], (x45, randint(4, 3), randint(5, 3)), "aten.index.Tensor",
-     "index with 2 index tensors on values computed at run time"),
+     "index with 2 index tensors computed at run time"),
     (lambda m, x, i, v: torch.index_put(x, (i > 0,), v), (x45, randint(3, 4), randn(1)),
      "aten.index_put.default", "Bool masks write a data-dependent set of elements"),
     (lambda m, x, v: torch.index_put(x, (torch.tensor([0]),) * 5, v),

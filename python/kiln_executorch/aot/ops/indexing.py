@@ -3,22 +3,27 @@ indexing with one index tensor) are kGather, which reads the Int64 / Int32 indic
 at run time (a negative index counts from the end; one out of range is an execution error, never
 a crash).
 Indexing whose operands are all known ahead of time (the masks and position tables HF models
-build from arange) is evaluated by the lowering instead, whatever the number of index tensors.
+build from arange) is evaluated by the lowering instead, whatever the number of index tensors;
+several index tensors known ahead of time on a value computed at run time are one kGather of that
+value read flat at offsets the lowering computes.
 index_put (accumulate too, up to MAX_SCATTER_INDICES index tensors) is a copy and a kScatter."""
+
+import math
 
 import torch
 
 from ..blob_format import MAX_SCATTER_INDICES, Opcode
-from .common import INT, arguments, broadcast_strides, contiguous_strides, dtype, shape, wrap_dim
+from .common import (INT, KilnLoweringError, arguments, broadcast_strides, contiguous_strides,
+                     dtype, shape, wrap_dim)
 from .registry import Family
 
 aten = torch.ops.aten
 family = Family(__name__)
 
 
-def _constant(node, ctx):
+def _constant(nodes, ctx):
     is_constant = getattr(ctx, "is_constant", None)
-    return is_constant is not None and all(is_constant(n) for n in node.all_input_nodes)
+    return is_constant is not None and all(is_constant(n) for n in nodes)
 
 
 def _index_dtype(index):
@@ -65,9 +70,9 @@ def _index_check(node, ctx):
     why = _index_tensors_check(given, "select a data-dependent number of elements", "gathers")
     if why:
         return why
-    if len(given) != 1 and not _constant(node, ctx):
-        return (f"index with {len(given)} index tensors on values computed at run time: Kiln "
-                "gathers along one axis (with constant operands it is evaluated ahead of time)")
+    if len(given) != 1 and not _constant(given, ctx):
+        return (f"index with {len(given)} index tensors computed at run time: Kiln gathers along "
+                "one axis, or through constant index tensors (HF's masks from arange)")
     return None
 
 
@@ -115,10 +120,34 @@ def _index_select(lw, node):
     return _along_dim(lw, node, _select_strides)
 
 
+def _index_by_offsets(lw, node, x, indices):
+    """index with several index tensors known ahead of time: x's element offsets are indexed the
+    same way now (aten.index on an arange of x's shape: broadcasting, apart indices moving to the
+    front and negative indices as torch has them), and one kGather reads x flat at those offsets.
+    The index tensors must be constants of this partition (the check saw them constant in the
+    whole program; a producer in another partition would make them run-time inputs here)."""
+    given = [i for i in indices if i is not None]
+    if not all(i in lw.const for i in given):
+        raise KilnLoweringError(f"{node.name}: index with {len(given)} index tensors that are not "
+                                "constants of this partition")
+    xs = list(shape(x))
+    offsets = aten.index.Tensor(torch.arange(math.prod(xs), dtype=torch.int64).reshape(xs),
+                                [None if i is None else lw.const[i] for i in indices])
+    out = lw.new(node)
+    out_shape = list(shape(node))
+    lw.g.add_op(Opcode.GATHER, x=lw.tensor(x), index=lw.g.add_weight(offsets.contiguous()),
+                out=out, rank=len(out_shape), sizes=out_shape, x_strides=[0] * len(out_shape),
+                index_strides=contiguous_strides(out_shape), index_stride=1,
+                dim_size=math.prod(xs))
+    return out
+
+
 @family.lowers(aten.index.Tensor, check=_index_check)
 def _index(lw, node):
     args = arguments(node)
     x, indices = args["self"], list(args["indices"])
+    if sum(i is not None for i in indices) > 1:
+        return _index_by_offsets(lw, node, x, indices)
     axis = next(k for k, i in enumerate(indices) if i is not None)
     index = indices[axis]
     xs, index_shape = contiguous_strides(shape(x)), shape(index)
