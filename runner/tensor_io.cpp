@@ -105,8 +105,8 @@ et::etensor::Device value_device(const et::EValue& v) {
 
 std::vector<et::etensor::Device> input_devices(et::Method& method) {
   std::vector<et::etensor::Device> devices;
-  // ExecuTorch 1.5 states an input's device only on its EValue, whose accessor is deprecated
-  // (MethodMeta's TensorInfo has no device).
+  // The pinned ExecuTorch states an input's device only on its EValue, whose accessor is
+  // deprecated (MethodMeta's TensorInfo has no device).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   for (size_t i = 0; i < method.inputs_size(); ++i) devices.push_back(value_device(method.get_input(i)));

@@ -149,7 +149,10 @@ def test_gpu_e2e_export_writes_programs_and_steps(tmp_path):
             expected = torch.frombuffer(bytearray((tmp_path / s["expected"]).read_bytes()),
                                         dtype=torch.float32)
             assert torch.allclose(expected, steps[k][1].reshape(-1), atol=1e-5)
-    assert meta["copy_per_step"] == {"host_to_device": 136, "device_to_host": 152}
+    # 32 float32 values each way, the position in, and the engine's 32-byte error flag out
+    # (runtime/engine/step.h's DeviceErrorFlag, which export_kv_cache reads).
+    assert meta["error_flag_bytes"] == 32
+    assert meta["copy_per_step"] == {"host_to_device": 136, "device_to_host": 160}
     lm = meta["tiny_lm"]
     assert (tmp_path / "tiny_lm" / lm["model"]).is_file()
     assert len(lm["expected_tokens"]) == len(lm["prompt"]) + lm["new_tokens"]
