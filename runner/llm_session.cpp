@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "runner/diagnostics.h"
 #include "runner/llm_feed.cuh"
@@ -93,6 +94,8 @@ struct LlmSession::Impl {
   CUstream_st* (*set_stream)(CUstream_st*) = nullptr;
   CUstream_st* previous_stream = nullptr;
   cudaEvent_t staged = nullptr;   // the prefill inputs' copies have read the staging
+  // Device memory from the registered device allocator (kiln_runner's device_memory).
+  std::unique_ptr<DeviceMemory> prefill_mem, decode_mem, next_mem, history_mem, logits_mem;
   int64_t* d_prefill = nullptr;   // tokens [chunk], positions [chunk], last [1]
   int64_t* d_decode = nullptr;    // token [1], position [1]
   int64_t* d_next = nullptr;      // the step's token output
@@ -112,11 +115,6 @@ struct LlmSession::Impl {
     if (stream != nullptr) {
       cudaStreamSynchronize(stream);
       set_stream(previous_stream);
-      for (void* p : {static_cast<void*>(d_prefill), static_cast<void*>(d_decode),
-                      static_cast<void*>(d_next), static_cast<void*>(d_history),
-                      static_cast<void*>(d_logits)}) {
-        cudaFree(p);
-      }
       for (void* p : {static_cast<void*>(p_prefill), static_cast<void*>(p_next),
                       static_cast<void*>(p_history), static_cast<void*>(p_logits)}) {
         cudaFreeHost(p);
@@ -155,19 +153,20 @@ struct LlmSession::Impl {
     cuda_ok(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming), "cudaEventCreate");
     // Kiln enqueues this thread's executes on the session's stream, after its own copies.
     previous_stream = set_stream(stream);
-    auto device_alloc = [](auto** p, size_t count, const char* what) {
-      cuda_ok(cudaMalloc(reinterpret_cast<void**>(p), std::max<size_t>(count, 1) * sizeof(**p)),
-              std::string("cudaMalloc of ") + what);
+    auto device_alloc = [&](auto** p, std::unique_ptr<DeviceMemory>& mem, size_t count,
+                            const char* what) {
+      mem = device_memory(device, count * sizeof(**p), what);
+      *p = static_cast<std::remove_reference_t<decltype(*p)>>(mem->ptr);
     };
     auto pinned_alloc = [](auto** p, size_t count, const char* what) {
       cuda_ok(cudaMallocHost(reinterpret_cast<void**>(p), std::max<size_t>(count, 1) * sizeof(**p)),
               std::string("cudaMallocHost of ") + what);
     };
-    device_alloc(&d_prefill, size_t(2 * chunk + 1), "the prefill inputs");
-    device_alloc(&d_decode, 2, "the decode inputs");
-    device_alloc(&d_next, 1, "the token output");
-    device_alloc(&d_history, size_t(max_context), "the generated tokens");
-    device_alloc(&d_logits, size_t(vocab), "the logits");
+    device_alloc(&d_prefill, prefill_mem, size_t(2 * chunk + 1), "the prefill inputs");
+    device_alloc(&d_decode, decode_mem, 2, "the decode inputs");
+    device_alloc(&d_next, next_mem, 1, "the token output");
+    device_alloc(&d_history, history_mem, size_t(max_context), "the generated tokens");
+    device_alloc(&d_logits, logits_mem, size_t(vocab), "the logits");
     pinned_alloc(&p_prefill, size_t(2 * chunk + 1), "the prefill inputs");
     pinned_alloc(&p_next, 1, "the token");
     pinned_alloc(&p_history, size_t(max_context), "the generated tokens");

@@ -14,9 +14,10 @@ The methods (int64 inputs; float32 logits and the greedy next token out):
 - ``prefill(tokens [1, P], positions [P], last [1]) -> (logits [1, 1, vocab], token [1, 1])``:
   writes the keys and values of P tokens at cache rows `positions` and returns the logits at
   index `last` of the chunk and their argmax (the greedy next token, computed on the GPU: a
-  runner that generates greedily never needs the logits on the host). A prompt shorter than P is padded at its end (any token id) with positions continuing
-  past it: causal masking keeps the pad rows out of every real token's attention, and decode
-  overwrites each pad row before it reads it. A longer prompt is prefilled in chunks of P.
+  runner that generates greedily never needs the logits on the host). A prompt shorter than P
+  is padded at its end (any token id) with positions continuing past it: causal masking keeps
+  the pad rows out of every real token's attention, and decode overwrites each pad row before
+  it reads it. A longer prompt is prefilled in chunks of P.
 - ``decode(token [1, 1], position [1]) -> (logits [1, 1, vocab], token [1, 1])``: one token at
   cache row `position`, attending to rows 0..position; the token output has the token input's
   shape, so a device-resident program's runner feeds one step's output to the next on the GPU.
@@ -233,9 +234,10 @@ def run_generation(run, prompt, new_tokens: int, prefill_length: int, max_contex
         last = logits.reshape(-1).float()
         steps.append(last)
         out.append(int(last.argmax()))
-        if int(token.reshape(-1)[0]) != out[-1]:
-            raise ValueError(f"step {step}: the method's token output {int(token.reshape(-1)[0])} "
-                             f"is not the argmax of its logits ({out[-1]})")
+        chosen = int(token.reshape(-1)[0])
+        if chosen != out[-1]:
+            raise ValueError(f"step {step}: the method's token output {chosen} is not the argmax "
+                             f"of its logits ({out[-1]})")
         if step + 1 == new_tokens:
             break
         logits, token = run("decode", [torch.tensor([[out[-1]]]), torch.tensor([position])])

@@ -69,6 +69,15 @@ struct Params {
   int64_t batch;
 };
 
+// Heads along blockIdx.y (KV heads when packed, else query heads) and the queries of one head a
+// CTA covers (all its rows, or a group's share of them when packed): the kernel and its grid.
+__host__ __device__ inline int64_t heads_along_y(const Params& p) {
+  return p.packed ? p.heads_q / p.group : p.heads_q;
+}
+__host__ __device__ inline int64_t queries_per_cta(const Params& p, int r) {
+  return p.packed ? (kWarps * r) / p.group : kWarps * r;
+}
+
 // The query head and query a CTA row stands for (row in [0, kWarps * R)).
 struct QueryRow {
   int64_t h, i;
@@ -113,11 +122,10 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t heads_y = p.packed ? p.heads_q / p.group : p.heads_q;   // heads along blockIdx.y
+  const int64_t heads_y = heads_along_y(p);
   const int64_t b = blockIdx.y / heads_y;
   const int64_t hk = p.packed ? blockIdx.y - b * heads_y : (blockIdx.y - b * heads_y) / p.group;
-  // Queries of one head a CTA covers: all its rows, or a group's share of them when packed.
-  const int64_t per_cta = p.packed ? (kWarps * R) / p.group : kWarps * R;
+  const int64_t per_cta = queries_per_cta(p, R);
   const int64_t i0 = int64_t(blockIdx.x) * per_cta;
   const T* q0 = static_cast<const T*>(p.q) + p.q_offset + b * p.qs[0];
   const T* k = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1];
@@ -126,6 +134,11 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
   auto live = [&](int row, const QueryRow& qr) { return row < rows_used && qr.i < p.seq_q; };
   auto mask_at = [&](const QueryRow& qr, int64_t j) {
     return b * p.ms[0] + qr.h * p.ms[1] + qr.i * p.ms[2] + j * p.ms[3];
+  };
+  // Split-K: a query row's state in `partial`, [split][(b * heads_q + h) * seq_q + i].
+  const int64_t rows_total = p.batch * p.heads_q * p.seq_q;   // query rows of the whole op
+  auto partial_at = [&](const QueryRow& qr, int64_t z) {
+    return p.partial + (z * rows_total + (b * p.heads_q + qr.h) * p.seq_q + qr.i) * (p.dv + 2);
   };
 
   // The CTA's queries, scaled (zero rows past seq_q, zero columns past d).
@@ -260,15 +273,13 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
   }
 
   T* out = static_cast<T*>(p.out) + b * p.os[0];
-  const int64_t rows_total = p.batch * p.heads_q * p.seq_q;   // query rows of the whole op
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const QueryRow qr = query_row(p, i0, warp * R + r);
     const float total = warp_reduce(l[r], Sum{});
     if (!live(warp * R + r, qr)) continue;
-    if (p.splits > 1) {   // [split][(b * heads_q + h) * seq_q + i]: max, sum, dv accumulators
-      const int64_t grow = (b * p.heads_q + qr.h) * p.seq_q + qr.i;
-      float* part = p.partial + (int64_t(blockIdx.z) * rows_total + grow) * (p.dv + 2);
+    if (p.splits > 1) {   // max, sum, dv accumulators
+      float* part = partial_at(qr, blockIdx.z);
       if (lane == 0) {
         part[0] = m[r];
         part[1] = total;
@@ -308,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
   for (int row = warp; row < rows_used; row += kWarps) {
     const QueryRow qr = query_row(p, i0, row);
     if (qr.i >= p.seq_q) continue;
-    const float* part = p.partial + ((b * p.heads_q + qr.h) * p.seq_q + qr.i) * (p.dv + 2);
+    const float* part = partial_at(qr, 0);
     const float mz = lane < p.splits ? __ldcg(part + lane * split_stride) : -INFINITY;
     const float lz = lane < p.splits ? __ldcg(part + lane * split_stride + 1) : 0.0f;
     const float mx = warp_reduce(mz, Max{});
@@ -332,10 +343,9 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
 
 // CTAs of one launch: (query tiles, batch * heads along y, splits).
 dim3 attention_grid(const Params& p, int r) {
-  const int64_t per_cta = p.packed ? (kWarps * r) / p.group : kWarps * r;
-  const int64_t heads = p.packed ? p.heads_q / p.group : p.heads_q;
+  const int64_t per_cta = queries_per_cta(p, r);
   return dim3(static_cast<unsigned>((p.seq_q + per_cta - 1) / per_cta),
-              static_cast<unsigned>(p.batch * heads), static_cast<unsigned>(p.splits));
+              static_cast<unsigned>(p.batch * heads_along_y(p)), static_cast<unsigned>(p.splits));
 }
 
 // The kernel for R queries per warp and a head_dim_v of dv (its accumulator columns per lane).
@@ -395,8 +405,11 @@ class AttentionStep final : public Step {
  public:
   AttentionStep(const AttentionArgs& a, const Params& p, blob::DType dtype, int forced_r,
                 float* partial, unsigned* arrivals)
-      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r), partial_(partial),
-        arrivals_(arrivals) {}
+      : a_(a), p_(p), dtype_(dtype), forced_r_(forced_r),
+        packed_r_(forced_r == 0 ? packed_queries_per_warp(a) : 0), partial_(partial),
+        arrivals_(arrivals) {
+    p_.packed = packed_r_ != 0;
+  }
   ~AttentionStep() override {
     if (partial_ != nullptr) cudaFree(partial_);
     if (arrivals_ != nullptr) cudaFree(arrivals_);
@@ -410,10 +423,7 @@ class AttentionStep final : public Step {
     p.v = ctx.ptr(a_.v);
     p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
     p.out = ctx.ptr(a_.out);
-    p.batch = a_.batch;
-    const int packed_r = forced_r_ == 0 ? packed_queries_per_warp(a_) : 0;
-    p.packed = packed_r != 0;
-    const int r = p.packed ? packed_r : queries_per_warp(ctx.max_blocks);
+    const int r = p.packed ? packed_r_ : queries_per_warp(ctx.max_blocks);
     splits_for(r, ctx.max_blocks, p);
     Error e = Error::Ok;
     visit_floating(dtype_, [&](auto tag) {
@@ -460,6 +470,7 @@ class AttentionStep final : public Step {
   Params p_;
   blob::DType dtype_;
   int forced_r_;     // 0: chosen per launch
+  int packed_r_;     // queries per warp of packed launches, 0 when not packed
   float* partial_;   // split-K states (may_split shapes), else null
   unsigned* arrivals_;   // split-K: per tile of queries, the splits done so far (zeroed)
 };
@@ -521,6 +532,7 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
   p.os[2] = a.out_stride_s;
   p.causal = a.causal;
   p.scale = static_cast<float>(a.scale);
+  p.batch = a.batch;
   // Query tiles along x (up to 2^31 - 1), batch * heads_q along y (up to 65535).
   if ((a.seq_q + kWarps - 1) / kWarps > 0x7fffffffLL || a.batch * a.heads_q > 65535) {
     return fail(nullptr, Error::NotSupported,

@@ -6,6 +6,7 @@
 
 #include "format/dtype.h"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/matmul.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -221,11 +222,10 @@ const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
   // epilogue (H200, weights from HBM: 16384 x 2048 bf16 18.8 us against 22.3, the 128256 x 2048 LM
   // head 125.6 against 135.5; at 2048 x 2048 Kiln's 5.4 beat 6.1, at 2048 x 8192 they are within
   // 5 %: engine_decode_times_gpu_test).
-  const bool lt_fuses_all =
-      (a.epilogue == Epilogue::kNone || a.epilogue == Epilogue::kRelu ||
-       a.epilogue == Epilogue::kGeluTanh) &&
-      (a.bias == kNoTensor || (a.bias_row_stride == 0 && a.bias_col_stride == 1 && a.beta == 1.0 &&
-                               g.tensors[a.bias].dtype == dtype));
+  const bool lt_bias = a.bias != kNoTensor && lt_per_column_bias(a, g.tensors[a.bias].dtype, dtype);
+  Epilogue rest = Epilogue::kNone;
+  lt_epilogue(lt_bias, a.epilogue, rest);
+  const bool lt_fuses_all = (a.bias == kNoTensor || lt_bias) && rest == Epilogue::kNone;
   if (dtype != DType::kFloat32 && a.m == 1 && lt_fuses_all &&
       a.n * a.k * int64_t(element_size(dtype)) >= kLtWeightBytes) {
     return "a 16-bit weight of 48 MiB or more at one row, which cuBLASLt streams faster";

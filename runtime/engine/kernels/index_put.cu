@@ -8,17 +8,32 @@ namespace {
 using blob::DType;
 using executorch::runtime::Error;
 
+// Whether any of the positions this thread checks (i = threadIdx.x, + blockDim.x, ...) is outside
+// [0, dim_size); the first bad one any thread finds is recorded in the flag.
+template <typename Index>
+__device__ __forceinline__ bool flag_bad_positions(const Index* __restrict__ positions,
+                                                   int64_t num_positions, int64_t dim_size,
+                                                   DeviceErrorFlag* __restrict__ flag,
+                                                   unsigned long long op_plus_one) {
+  bool bad = false;
+  for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
+    const int64_t p = static_cast<int64_t>(positions[i]);
+    if (p < 0 || p >= dim_size) {
+      bad = true;
+      if (atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
+        flag->index = p;
+        flag->position = i;
+      }
+    }
+  }
+  return bad;
+}
+
 template <typename Index>
 __global__ void check_positions_kernel(const Index* __restrict__ positions, int64_t num_positions,
                                        int64_t dim_size, DeviceErrorFlag* __restrict__ flag,
                                        unsigned long long op_plus_one) {
-  for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
-    const int64_t p = static_cast<int64_t>(positions[i]);
-    if ((p < 0 || p >= dim_size) && atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
-      flag->index = p;
-      flag->position = i;
-    }
-  }
+  flag_bad_positions(positions, num_positions, dim_size, flag, op_plus_one);
 }
 
 // Up to this many positions every block checks them all itself before it writes (a decode's one
@@ -34,18 +49,10 @@ __global__ void index_put_kernel(const Word* __restrict__ values, const Index* _
                                  int64_t dim_size, int64_t inner,
                                  DeviceErrorFlag* __restrict__ flag, unsigned long long op_plus_one) {
   if constexpr (kSelfCheck) {
-    int bad = 0;
-    for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
-      const int64_t p = static_cast<int64_t>(positions[i]);
-      if (p < 0 || p >= dim_size) {
-        bad = 1;
-        if (atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
-          flag->index = p;
-          flag->position = i;
-        }
-      }
+    if (__syncthreads_or(flag_bad_positions(positions, num_positions, dim_size, flag,
+                                            op_plus_one))) {
+      return;
     }
-    if (__syncthreads_or(bad)) return;
   }
   if (*static_cast<volatile unsigned long long*>(&flag->op_plus_one) != 0) {
     return;  // a bad position (or an earlier op's range error): keep the state unchanged

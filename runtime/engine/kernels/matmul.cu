@@ -58,9 +58,8 @@ class MatmulStep final : public Step {
       return Error::Ok;
     }
     // Decide what cuBLASLt fuses and what the pass after it does.
-    const bool per_column_bias = a_.bias != kNoTensor && a_.bias_row_stride == 0 &&
-                                 a_.bias_col_stride == 1 && a_.beta == 1.0 &&
-                                 bias_dtype_ == out_dtype_;
+    const bool per_column_bias =
+        a_.bias != kNoTensor && lt_per_column_bias(a_, bias_dtype_, out_dtype_);
     lt_bias_ = per_column_bias && a_.k > 0;
     post_bias_ = a_.bias != kNoTensor && !lt_bias_;
     post_act_ = a_.epilogue;   // cuBLASLt takes it over below where it can
@@ -351,6 +350,11 @@ Result<UniqueCublasLt> create_cublas_lt() {
                 cublasLtGetStatusString(status));
   }
   return UniqueCublasLt(handle);
+}
+
+bool lt_per_column_bias(const MatmulArgs& a, DType bias_dtype, DType out_dtype) {
+  return a.bias_row_stride == 0 && a.bias_col_stride == 1 && a.beta == 1.0 &&
+         bias_dtype == out_dtype;
 }
 
 cublasLtEpilogue_t lt_epilogue(bool bias, Epilogue act, Epilogue& rest) {

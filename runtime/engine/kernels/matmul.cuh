@@ -33,6 +33,10 @@ executorch::runtime::Result<UniqueCublasLt> create_cublas_lt();
 cublasStatus_t set_preference(cublasLtMatmulPreference_t preference, uint64_t workspace_bytes,
                               const uint32_t (&alignment)[4]);
 
+/// Whether cuBLASLt's epilogue can add the op's bias itself: one value per output column, beta 1,
+/// in out's dtype (otherwise the pass after the call adds it).
+bool lt_per_column_bias(const MatmulArgs& a, blob::DType bias_dtype, blob::DType out_dtype);
+
 /// The cuBLASLt epilogue for an optional per-column bias followed by `act`; `rest` becomes the
 /// activation still to apply after the cuBLASLt call (kNone when cuBLASLt fused `act`: relu and
 /// its GELU, which is the tanh approximation).
