@@ -1,8 +1,11 @@
 #include "builder/src/blob_writer.h"
 
+#include <functional>
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
+#include <tuple>
 
 #include "kiln/builder.h"
 #include "format/variant_set.h"
@@ -24,25 +27,38 @@ constexpr uint64_t kSectionAlignment = 8;
 }  // namespace
 
 std::vector<uint8_t> write_blob(const Graph& g) {
-  std::vector<uint8_t> weights;
+  // Weight and state bytes are copied once, straight into the blob: a billion-parameter model's
+  // weights are gigabytes, and every staging copy is another few on the exporting machine.
+  uint64_t weights_size = 0;
   std::vector<uint64_t> weight_offset(g.tensors.size(), 0);
-  // Identical weights share bytes; a state's initial value is its identity, so never shared.
-  std::map<std::pair<uint32_t, std::vector<uint8_t>>, uint64_t> by_content;
-  auto place = [&](const std::vector<uint8_t>& raw) {
-    uint64_t offset = align_up(weights.size(), blob::kWeightAlignment);
-    weights.resize(offset);
-    weights.insert(weights.end(), raw.begin(), raw.end());
+  std::vector<const Tensor*> placed;  // tensors whose bytes the blob stores, in offset order
+  // Identical weights share bytes (found by dtype, size and a hash, confirmed by comparing the
+  // bytes); a state's initial value is its identity, so never shared.
+  std::map<std::tuple<uint32_t, size_t, size_t>, std::vector<const Tensor*>> by_content;
+  auto place = [&](const Tensor& t) {
+    uint64_t offset = align_up(weights_size, blob::kWeightAlignment);
+    weights_size = offset + t.data.size();
+    placed.push_back(&t);
     return offset;
   };
   for (const Tensor& t : g.tensors) {
     if (t.alias_of != kNoTensor) continue;
     if (t.storage == blob::Storage::kWeight) {
-      auto key = std::make_pair(uint32_t(t.dtype), t.data);
-      auto it = by_content.find(key);
-      weight_offset[size_t(t.id)] = it != by_content.end() ? it->second
-                                                          : (by_content[key] = place(t.data));
+      const std::string_view bytes(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+      auto& same_key = by_content[{uint32_t(t.dtype), t.data.size(),
+                                   std::hash<std::string_view>{}(bytes)}];
+      const Tensor* twin = nullptr;
+      for (const Tensor* other : same_key) {
+        if (other->data == t.data) twin = other;
+      }
+      if (twin != nullptr) {
+        weight_offset[size_t(t.id)] = weight_offset[size_t(twin->id)];
+      } else {
+        weight_offset[size_t(t.id)] = place(t);
+        same_key.push_back(&t);
+      }
     } else if (t.storage == blob::Storage::kState) {
-      weight_offset[size_t(t.id)] = place(t.data);
+      weight_offset[size_t(t.id)] = place(t);
     }
   }
 
@@ -102,11 +118,11 @@ std::vector<uint8_t> write_blob(const Graph& g) {
   h.num_operands = operands.size();
   h.io_offset = align_up(h.operands_offset + operands.size() * 8, kSectionAlignment);
   h.weights_offset = align_up(h.io_offset + io.size() * 4, blob::kWeightAlignment);
-  h.weights_size = weights.size();
+  h.weights_size = weights_size;
   h.arena_size = g.arena_size;
   h.precision = uint32_t(g.precision);
   h.flags = 0;
-  h.blob_size = h.weights_offset + weights.size();
+  h.blob_size = h.weights_offset + weights_size;
 
   std::vector<uint8_t> out(h.blob_size, 0);
   put(out, 0, h);
@@ -118,7 +134,12 @@ std::vector<uint8_t> write_blob(const Graph& g) {
     std::memcpy(out.data() + h.operands_offset, operands.data(), operands.size() * 8);
   }
   if (!io.empty()) std::memcpy(out.data() + h.io_offset, io.data(), io.size() * 4);
-  if (!weights.empty()) std::memcpy(out.data() + h.weights_offset, weights.data(), weights.size());
+  for (const Tensor* t : placed) {
+    if (!t->data.empty()) {
+      std::memcpy(out.data() + h.weights_offset + weight_offset[size_t(t->id)], t->data.data(),
+                  t->data.size());
+    }
+  }
   return out;
 }
 

@@ -166,20 +166,29 @@ def export_llm(model, path, max_context: int = 2048, prefill_length: int = 128,
     that hand the methods CPU tensors. Raises ValueError
     when a method is not one Kiln delegate with no operator left to ExecuTorch. Returns a dict
     describing the program (sizes, the delegate count and CPU operators per method)."""
-    from .aot import KilnPartitioner, read_delegates, read_operators
+    from .aot import KilnPartitioner
+    from .aot.export import COPY_OPERATORS
 
     edge = lower_llm(model, max_context, prefill_length, precision, device_resident, weights)
     with torch.no_grad():
         program = edge.to_executorch(KilnPartitioner.executorch_config(
             device_resident=device_resident))
+    del edge
     Path(path).write_bytes(program.buffer)
-    delegates = read_delegates(path)
-    operators = read_operators(path, device_copies=False)
+    # The delegates and operators from the program just serialized, not from reading the file
+    # back: a billion-parameter program is gigabytes, and a second copy of it (three, as the
+    # deserializer inlines the payloads) does not fit beside the first on a 24 GB machine.
+    plans = program.executorch_program.execution_plan
+    delegates = {plan.name: [d.id for d in plan.delegates] for plan in plans}
+    operators = {plan.name: [f"{o.name}.{o.overload}" if o.overload else o.name
+                             for o in plan.operators if o.name not in COPY_OPERATORS]
+                 for plan in plans}
+    del program
     info = {"methods": {}, "max_context": int(max_context), "prefill_length": int(prefill_length),
             "vocab_size": int(model.config.vocab_size), "precision": precision,
             "weights": weights}
     for name in METHODS:
-        count = sum(1 for d in delegates if d.method == name and d.backend_id == "KilnBackend")
+        count = sum(1 for backend in delegates.get(name, []) if backend == "KilnBackend")
         info["methods"][name] = {"kiln_delegates": count, "cpu_operators": operators.get(name, [])}
         if count != 1 or operators.get(name):
             raise ValueError(f"method {name}: {count} Kiln delegates and CPU operators "
