@@ -18,6 +18,7 @@
 // KILN_ATTENTION_QUERIES=4|8|16 (queries per CTA, R = that / 4) fixes it instead, for timing.
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/attention_cudnn.h"
+#include "runtime/engine/kernels/attention_decode.cuh"
 #include "runtime/engine/kernels/attention_gemm.cuh"
 
 #include <algorithm>
@@ -499,6 +500,8 @@ StepResult make_attention_step(const AttentionArgs& a, const InitContext& ctx) {
                 static_cast<long long>(kMaxAttentionHeadDim));
   }
   const Graph& g = ctx.graph;
+  // A decode step (up to 8 query rows per KV head): the flash-decoding kernel.
+  if (decode_attention_unsupported(a, ctx) == nullptr) return make_decode_attention_step(a, ctx);
   // Float16/BFloat16 (masked: from 16 queries up): cuDNN's tensor-core flash attention where it
   // has a plan.
   if (cudnn_attention_unsupported(a, g) == nullptr) {

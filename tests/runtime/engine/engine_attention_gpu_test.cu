@@ -2,7 +2,8 @@
 // scaled, additive and Bool masks broadcast through strides, causal (square and with more keys
 // than queries), grouped-query heads, q read at an offset and strides from a packed projection,
 // odd head dims, one query, long rows (several key tiles) and rows whose every key is masked out
-// (0, as torch gives), in fp32, fp16 and bf16. fp16/bf16 cases without a mask, and masked ones
+// (0, as torch gives), in fp32, fp16 and bf16. Up to 8 query rows per KV head run on the
+// flash-decoding kernel (attention_decode.cu), the rest on the generic one (attention.cu). fp16/bf16 cases without a mask, and masked ones
 // of 16 queries or more, run through cuDNN's fused attention (attention_cudnn.h) where it has a
 // plan; KILN_ATTENTION=kiln runs them on Kiln's kernel too. The kernel shares memory between warps, so gpu-check.sh sanitize may run
 // this binary under racecheck too.
@@ -199,6 +200,33 @@ TEST_F(EngineGpu, AttentionMasksAndCausal) {
       run_case(dtype, c);
     }
   }
+}
+
+// Up to 8 query rows per KV head take the flash-decoding kernel (attention_decode.cu): head rows
+// of 128, 256 and 512 bytes (head_dim 64 / 128 / 256 in 16-bit types, 32 / 64 / 128 in fp32),
+// groups of 1, 4 and 8 query heads, one and two queries, a static cache's Bool mask (the later
+// splits see no key), a Bool mask over keys with batch 2, an additive mask, a dead row (0), the
+// causal bound, strided q with a [B, Sq, H, D] out, a cache shorter than one split and one no
+// multiple of the split. The same cases with KILN_ATTENTION_DECODE=off run the generic kernel.
+TEST_F(EngineGpu, AttentionDecodeKernel) {
+  for (const char* decode : {"on", "off"}) {
+    ASSERT_EQ(setenv("KILN_ATTENTION_DECODE", decode, 1), 0);
+    for (DType dtype : kDtypes) {
+      const int64_t d = dtype == DType::kFloat32 ? 32 : 64;
+      for (const Case& c : {Case{1, 32, 8, 1, 2048, d, d, false, Mask::kCachePositions},
+                            Case{1, 32, 8, 1, 2048, 2 * d, 2 * d, false, Mask::kCachePositions},
+                            Case{1, 8, 8, 1, 1000, 4 * d, 4 * d, false, Mask::kBoolKeys},
+                            Case{2, 16, 2, 1, 777, d, d, false, Mask::kBoolKeys},
+                            Case{1, 8, 2, 2, 300, d, d, false, Mask::kAdditiveRows},
+                            Case{2, 8, 2, 2, 500, d, d, false, Mask::kDeadRow, true, true},
+                            Case{1, 4, 1, 2, 90, 2 * d, 2 * d, true},
+                            Case{1, 4, 2, 1, 20, d, d},
+                            Case{1, 2, 2, 1, 4100, d, d, false, Mask::kCachePositions}}) {
+        run_case(dtype, c);
+      }
+    }
+  }
+  unsetenv("KILN_ATTENTION_DECODE");
 }
 
 TEST_F(EngineGpu, AttentionGroupedHeadsAndStridedQueries) {

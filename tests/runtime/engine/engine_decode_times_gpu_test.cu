@@ -3,8 +3,9 @@
 // choices the engine makes, nothing asserted about the times (each test checks only that every
 // execute succeeded). Kiln's GEMV against cuBLASLt (KILN_GEMV=off) per projection shape, with
 // several weights per program so that the weights come from HBM, not the 50 MB L2, as in a real
-// step; the attention over a 2048-row KV cache at several positions, with the query heads of a
-// KV head packed into one CTA (the default) and without (KILN_ATTENTION_QUERIES=4).
+// step; the attention over a 2048-row KV cache at several positions on the flash-decoding kernel
+// (attention_decode.cu, the default) and on the generic kernel (KILN_ATTENTION_DECODE=off), with
+// the query heads of a KV head packed into one CTA and without (KILN_ATTENTION_QUERIES=4).
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <cuda_runtime.h>
@@ -130,7 +131,10 @@ TEST_F(EngineGpu, AttentionDecodeOverAStaticCache) {
   const std::vector<size_t> in = {size_t(kHq * kD * 2), size_t(kHkv * kCache * kD * 2),
                                   size_t(kHkv * kCache * kD * 2), size_t(kCache)};
   for (int64_t position : {19, 127, 1023, 2047}) {
-    for (const char* mode : {"packed", "per-head"}) {
+    for (const char* mode : {"decode", "packed", "per-head"}) {
+      // decode: the flash-decoding kernel (the default); packed / per-head: the generic
+      // kernel with a KV head's query heads in one CTA or a CTA per head.
+      if (std::string(mode) != "decode") setenv("KILN_ATTENTION_DECODE", "off", 1);
       if (std::string(mode) == "per-head") setenv("KILN_ATTENTION_QUERIES", "4", 1);
       const double us = time_blob(blob, in, std::vector<size_t>(kOps, size_t(kHq * kD * 2)), 100,
                                   [&](std::vector<void*>& ins) {
@@ -139,6 +143,7 @@ TEST_F(EngineGpu, AttentionDecodeOverAStaticCache) {
                                     cudaMemcpy(ins[3], m.data(), m.size(), cudaMemcpyHostToDevice);
                                   });
       unsetenv("KILN_ATTENTION_QUERIES");
+      unsetenv("KILN_ATTENTION_DECODE");
       ASSERT_GT(us, 0.0);
       std::printf("[perf] attention decode %-8s 32 q / 8 kv heads, cache 2048, position %4lld: "
                   "%6.2f us per op (%d ops a run)\n",

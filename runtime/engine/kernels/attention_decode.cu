@@ -1,0 +1,433 @@
+// kAttention for a decode step (flash decoding): a few query rows per KV head (one token, or a
+// few, times the query heads that share the KV head) over a long K/V cache.
+//
+// A CTA of four warps takes one (batch, KV head) and one split of the keys. Its rows (query head
+// of the group, query) keep their pre-scaled queries in shared memory. Each key row is read with
+// 16-byte loads by L lanes (head_dim = L * 8 for 16-bit types), so one load instruction of a warp
+// covers 32 / L consecutive keys and every lane keeps its slice of the weighted sum in registers:
+// no K/V tile goes through shared memory and no barrier waits between keys. A warp issues the
+// loads of kUnroll such groups of keys before it uses any, after finding which keys a Bool mask,
+// the causal bound or the split's end hide from all its rows (those are not read: a decode over
+// a static cache reads only the rows written so far). The lanes of one key sum its score with
+// shuffles; an online softmax per lane slot rescales its accumulators. Slots, then warps, then
+// splits merge their (max, sum, accumulators): slots through shuffles, warps through shared
+// memory, splits through a partial-state buffer that the last split to finish reads
+// (counted in `arrivals`, which it resets for the next launch). The generic kernel
+// (attention.cu) staged K/V tiles in fp32 through shared memory with a barrier per tile: latency
+// bound, ~28 us a layer at the Llama-3.2-1B decode shape whatever the context.
+#include "runtime/engine/kernels/attention_decode.cuh"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "format/dtype.h"
+#include "format/fail.h"
+#include "runtime/engine/cuda_check.h"
+#include "runtime/engine/kernels/common.cuh"
+
+namespace kiln::engine::kernels {
+namespace {
+
+using executorch::runtime::Error;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;       // groups of keys whose loads a warp issues together
+constexpr int kMaxRows = 8;      // query rows per KV head (seq_q * heads_q / heads_kv)
+constexpr int kMaxSplits = 32;   // splits of the keys (the merge loads one state per split)
+
+struct DecodeParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* mask;
+  void* out;
+  MaskKind mask_kind;
+  int64_t heads_kv, seq_q, seq_kv;
+  int group;         // query heads per KV head (rows <= kMaxRows, so a small int)
+  int64_t q_offset, k_offset, v_offset;
+  int64_t qs[3], ks[3], vs[3], ms[4], os[3];
+  bool causal;
+  float scale;
+  int rows;          // seq_q * group: the CTA's live rows (row r: head group * hk + r % group,
+                     // query r / group)
+  int splits;        // CTAs along x, each over `chunk` keys
+  int64_t chunk;
+  float* partial;    // [batch * heads_kv][splits][kRows][2 + head_dim]: max, sum, accumulators
+  unsigned* arrivals;  // per (batch, KV head): splits finished so far
+};
+
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+template <typename T, int L, int R>
+__global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
+  constexpr int V = 16 / int(sizeof(T));   // elements per 16-byte load
+  constexpr int D = L * V;                 // head_dim (== head_dim_v)
+  constexpr int kSlots = 32 / L;           // keys one warp-wide load covers
+  constexpr int kStep = kWarps * kSlots * kUnroll;   // keys a CTA takes per iteration
+  __shared__ __align__(16) float q_s[R][D];
+  __shared__ __align__(16) float acc_s[kWarps][R][D];
+  __shared__ float m_s[kWarps][R], l_s[kWarps][R];
+  __shared__ bool last;
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int slot = lane / L;     // which of the warp's keys this lane reads
+  const int part = lane % L;     // which 16-byte slice of the key / value row
+  const int64_t b = blockIdx.y / p.heads_kv;
+  const int64_t hk = blockIdx.y - b * p.heads_kv;
+  auto head = [&](int r) { return hk * p.group + r % p.group; };
+  auto query = [&](int r) { return r / p.group; };
+  wait_for_previous_kernel();   // launched overlapped (common.cuh)
+  allow_next_kernel();
+
+  for (int e = threadIdx.x; e < R * D; e += kThreads) {
+    const int r = e / D, c = e % D;
+    float x = 0.0f;
+    if (r < p.rows) {
+      x = to_float(static_cast<const T*>(p.q)[p.q_offset + b * p.qs[0] + head(r) * p.qs[1] +
+                                              query(r) * p.qs[2] + c]) *
+          p.scale;
+    }
+    q_s[r][c] = x;
+  }
+  const T* kb = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1] + part * V;
+  const T* vb = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1] + part * V;
+  // Per row, once: its query (the causal bound) and where its mask row starts (no divisions in
+  // the key loop).
+  int row_query[R];
+  int64_t mask_row[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    row_query[r] = query(r);
+    mask_row[r] = b * p.ms[0] + head(r) * p.ms[1] + int64_t(query(r)) * p.ms[2];
+  }
+
+  float m[R], l[R], acc[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < V; ++c) acc[r][c] = 0.0f;
+  }
+  const int64_t begin = int64_t(blockIdx.x) * p.chunk;
+  const int64_t end = begin + p.chunk < p.seq_kv ? begin + p.chunk : p.seq_kv;
+  __syncthreads();
+
+  for (int64_t j0 = begin; j0 < end; j0 += kStep) {
+    bool see[kUnroll][R];
+    float bias[kUnroll][R];
+    bool any[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + (u * kWarps + warp) * kSlots + slot;
+      any[u] = false;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        bool s = r < p.rows && j < end && !(p.causal && j > row_query[r]);
+        bias[u][r] = 0.0f;
+        if (s && p.mask_kind == MaskKind::kBool) {
+          s = static_cast<const uint8_t*>(p.mask)[mask_row[r] + j * p.ms[3]] != 0;
+        } else if (s && p.mask_kind == MaskKind::kAdditive) {
+          bias[u][r] = to_float(static_cast<const T*>(p.mask)[mask_row[r] + j * p.ms[3]]);
+        }
+        see[u][r] = s;
+        any[u] = any[u] || s;
+      }
+    }
+    Pack<T, V> kv[kUnroll], vv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + (u * kWarps + warp) * kSlots + slot;
+      if (any[u]) {
+        kv[u] = *reinterpret_cast<const Pack<T, V>*>(kb + j * p.ks[2]);
+        vv[u] = *reinterpret_cast<const Pack<T, V>*>(vb + j * p.vs[2]);
+      } else {   // zeros, so that a weight of 0 times them stays 0
+#pragma unroll
+        for (int c = 0; c < V; ++c) kv[u].v[c] = vv[u].v[c] = from_float<T>(0.0f);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float kf[V], vf[V];
+#pragma unroll
+      for (int c = 0; c < V; ++c) {
+        kf[c] = to_float(kv[u].v[c]);
+        vf[c] = to_float(vv[u].v[c]);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float s = 0.0f;
+#pragma unroll
+        for (int c = 0; c < V; c += 4) {
+          const float4 q4 = *reinterpret_cast<const float4*>(&q_s[r][part * V + c]);
+          s = fmaf(q4.x, kf[c], fmaf(q4.y, kf[c + 1], fmaf(q4.z, kf[c + 2], fmaf(q4.w, kf[c + 3], s))));
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (!see[u][r]) continue;
+        s += bias[u][r];
+        const float mn = fmaxf(m[r], s);
+        if (mn == -INFINITY) continue;   // an additive -inf: nothing seen yet
+        const float alpha = expf(m[r] - mn), e = expf(s - mn);
+        m[r] = mn;
+        l[r] = l[r] * alpha + e;
+#pragma unroll
+        for (int c = 0; c < V; ++c) acc[r][c] = fmaf(e, vf[c], acc[r][c] * alpha);
+      }
+    }
+  }
+
+  // Merge the warp's key slots (lanes part, part + L, ...), then the warps.
+#pragma unroll
+  for (int off = L; off < 32; off <<= 1) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[r], off);
+      const float lo = __shfl_xor_sync(0xffffffffu, l[r], off);
+      const float mn = fmaxf(m[r], mo);
+      const float a = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+      const float c_o = mo == -INFINITY ? 0.0f : expf(mo - mn);
+      m[r] = mn;
+      l[r] = l[r] * a + lo * c_o;
+#pragma unroll
+      for (int c = 0; c < V; ++c) {
+        acc[r][c] = acc[r][c] * a + __shfl_xor_sync(0xffffffffu, acc[r][c], off) * c_o;
+      }
+    }
+  }
+  if (slot == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (part == 0) {
+        m_s[warp][r] = m[r];
+        l_s[warp][r] = l[r];
+      }
+#pragma unroll
+      for (int c = 0; c < V; ++c) acc_s[warp][r][part * V + c] = acc[r][c];
+    }
+  }
+  __syncthreads();
+
+  T* out = static_cast<T*>(p.out) + b * p.os[0];
+  float* states =
+      p.splits > 1 ? p.partial + int64_t(blockIdx.y) * p.splits * R * (D + 2) : nullptr;
+  for (int e = threadIdx.x; e < R * D; e += kThreads) {
+    const int r = e / D, c = e % D;
+    if (r >= p.rows) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, m_s[w][r]);
+    float sum = 0.0f, a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = m_s[w][r] == -INFINITY ? 0.0f : expf(m_s[w][r] - mx);
+      sum += l_s[w][r] * wt;
+      a += acc_s[w][r][c] * wt;
+    }
+    if (p.splits == 1) {   // every key masked out: 0, as torch's safe softmax
+      out[head(r) * p.os[1] + query(r) * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+    } else {
+      float* st = states + (int64_t(blockIdx.x) * R + r) * (D + 2);
+      if (c == 0) {
+        st[0] = mx;
+        st[1] = sum;
+      }
+      st[2 + c] = a;
+    }
+  }
+  if (p.splits == 1) return;
+
+  __threadfence();   // this CTA's state is visible before it counts itself in
+  __syncthreads();
+  unsigned* arrivals = p.arrivals + blockIdx.y;
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == unsigned(p.splits) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // A warp per row weighs the splits (a lane per split: one load of every max and sum at once);
+  // then every column's accumulators of all splits are loaded together and summed.
+  const int64_t stride = int64_t(R) * (D + 2);   // from one split's state of a row to the next
+  __shared__ float weight_s[R][kMaxSplits], inv_s[R];
+  for (int r = warp; r < p.rows; r += kWarps) {
+    const float* st = states + int64_t(r) * (D + 2);
+    const float mz = lane < p.splits ? __ldcg(st + lane * stride) : -INFINITY;
+    const float lz = lane < p.splits ? __ldcg(st + lane * stride + 1) : 0.0f;
+    const float mx = warp_reduce(mz, Max{});
+    const float w = mz == -INFINITY ? 0.0f : expf(mz - mx);
+    const float sum = warp_reduce(lz * w, Sum{});
+    weight_s[r][lane] = w;
+    if (lane == 0) inv_s[r] = sum == 0.0f ? 0.0f : 1.0f / sum;   // no key seen: 0
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < R * D; e += kThreads) {
+    const int r = e / D, c = e % D;
+    if (r >= p.rows) continue;
+    const float* st = states + int64_t(r) * (D + 2) + 2 + c;
+    float a = 0.0f;
+#pragma unroll
+    for (int z = 0; z < kMaxSplits; ++z) {
+      if (z < p.splits) a += weight_s[r][z] * __ldcg(st + z * stride);
+    }
+    out[head(r) * p.os[1] + query(r) * p.os[2] + c] = from_float<T>(a * inv_s[r]);
+  }
+  if (threadIdx.x == 0) *arrivals = 0u;   // ready for the next launch (graph replays too)
+}
+
+template <typename T, int L>
+auto kernel_for_rows(int rows) -> void (*)(DecodeParams) {
+  return rows <= 1 ? decode_attention_kernel<T, L, 1>
+         : rows <= 2 ? decode_attention_kernel<T, L, 2>
+         : rows <= 4 ? decode_attention_kernel<T, L, 4>
+                     : decode_attention_kernel<T, L, kMaxRows>;
+}
+
+template <typename T>
+auto kernel_for(int64_t head_dim, int rows) -> void (*)(DecodeParams) {
+  const int64_t lanes = head_dim * int64_t(sizeof(T)) / 16;
+  return lanes == 8 ? kernel_for_rows<T, 8>(rows)
+         : lanes == 16 ? kernel_for_rows<T, 16>(rows)
+                       : kernel_for_rows<T, 32>(rows);
+}
+
+int round_rows(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : kMaxRows; }
+
+class DecodeAttentionStep final : public Step {
+ public:
+  DecodeAttentionStep(const AttentionArgs& a, const DecodeParams& p, blob::DType dtype,
+                      float* partial, unsigned* arrivals)
+      : a_(a), p_(p), dtype_(dtype), partial_(partial), arrivals_(arrivals) {}
+  ~DecodeAttentionStep() override {
+    cudaFree(partial_);
+    cudaFree(arrivals_);
+  }
+
+  Error enqueue(const RunContext& ctx) override {
+    if (a_.batch == 0 || a_.seq_q == 0) return Error::Ok;
+    DecodeParams p = p_;
+    p.q = ctx.ptr(a_.q);
+    p.k = ctx.ptr(a_.k);
+    p.v = ctx.ptr(a_.v);
+    p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
+    p.out = ctx.ptr(a_.out);
+    const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(a_.batch * a_.heads_kv));
+    visit_floating(dtype_, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      launch_overlapped(kernel_for<T>(a_.head_dim, p.rows), grid, kThreads, 0, ctx.stream, p);
+    });
+    return Error::Ok;
+  }
+
+ private:
+  AttentionArgs a_;
+  DecodeParams p_;
+  blob::DType dtype_;
+  float* partial_;
+  unsigned* arrivals_;
+};
+
+}  // namespace
+
+const char* decode_attention_unsupported(const AttentionArgs& a, const InitContext& ctx) {
+  const char* env = std::getenv("KILN_ATTENTION_DECODE");
+  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_ATTENTION_DECODE=off";
+  if (std::getenv("KILN_ATTENTION_QUERIES") != nullptr) return "KILN_ATTENTION_QUERIES is set";
+  const Graph& g = ctx.graph;
+  const int64_t size = int64_t(element_size(g.tensors[a.q].dtype));
+  if (a.heads_q % a.heads_kv != 0) return "heads_q is no multiple of heads_kv";
+  if (a.seq_q * (a.heads_q / a.heads_kv) > kMaxRows) return "more than 8 query rows per KV head";
+  if (a.head_dim != a.head_dim_v) return "head_dim differs from head_dim_v";
+  const int64_t bytes = a.head_dim * size;
+  if (bytes != 128 && bytes != 256 && bytes != 512) {
+    return "a K/V row is not 128, 256 or 512 bytes";
+  }
+  if (a.batch * a.heads_kv > 65535) return "batch * heads_kv past the grid's y";
+  // K and V rows are read with 16-byte loads: every row must start 16-byte aligned.
+  const int64_t k_elems[4] = {a.k_offset, a.k_stride_b, a.k_stride_h, a.k_stride_s};
+  const int64_t v_elems[4] = {a.v_offset, a.v_stride_b, a.v_stride_h, a.v_stride_s};
+  for (int i = 0; i < 4; ++i) {
+    if ((k_elems[i] * size) % 16 != 0 || (v_elems[i] * size) % 16 != 0) {
+      return "K or V rows are not 16-byte aligned";
+    }
+  }
+  if (ctx.alignment[size_t(a.k)] % 16 != 0 || ctx.alignment[size_t(a.v)] % 16 != 0) {
+    return "the K or V tensor is not 16-byte aligned";
+  }
+  return nullptr;
+}
+
+StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext& ctx) {
+  const Graph& g = ctx.graph;
+  const blob::DType dtype = g.tensors[a.q].dtype;
+  DecodeParams p{};
+  p.mask_kind = mask_kind(a, g);
+  p.heads_kv = a.heads_kv;
+  p.group = int(a.heads_q / a.heads_kv);
+  p.seq_q = a.seq_q;
+  p.seq_kv = a.seq_kv;
+  p.q_offset = a.q_offset;
+  p.k_offset = a.k_offset;
+  p.v_offset = a.v_offset;
+  const int64_t qs[3] = {a.q_stride_b, a.q_stride_h, a.q_stride_s};
+  const int64_t ks[3] = {a.k_stride_b, a.k_stride_h, a.k_stride_s};
+  const int64_t vs[3] = {a.v_stride_b, a.v_stride_h, a.v_stride_s};
+  const int64_t ms[4] = {a.mask_stride_b, a.mask_stride_h, a.mask_stride_q, a.mask_stride_k};
+  const int64_t os[3] = {a.out_stride_b, a.out_stride_h, a.out_stride_s};
+  std::copy(qs, qs + 3, p.qs);
+  std::copy(ks, ks + 3, p.ks);
+  std::copy(vs, vs + 3, p.vs);
+  std::copy(ms, ms + 4, p.ms);
+  std::copy(os, os + 3, p.os);
+  p.causal = a.causal;
+  p.scale = static_cast<float>(a.scale);
+  p.rows = int(a.seq_q * p.group);
+  // Splits: enough CTAs for about two per SM, each split at least one iteration of keys.
+  int device = 0, sms = 0;
+  KILN_TRY(cuda_status(cudaGetDevice(&device), Error::Internal,
+                       "Kiln engine: op %zu (attention): cudaGetDevice", ctx.op_index));
+  KILN_TRY(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                       Error::Internal, "Kiln engine: op %zu (attention): SM count",
+                       ctx.op_index));
+  const int64_t size = int64_t(element_size(dtype));
+  const int64_t lanes = a.head_dim * size / 16;
+  const int64_t step = kWarps * (32 / lanes) * kUnroll;
+  const int64_t heads = std::max<int64_t>(1, a.batch * a.heads_kv);
+  int64_t splits = std::min<int64_t>({kMaxSplits, (2 * sms + heads - 1) / heads,
+                                      std::max<int64_t>(1, (a.seq_kv + step - 1) / step)});
+  splits = std::max<int64_t>(splits, 1);
+  p.chunk = ((a.seq_kv + splits - 1) / splits + step - 1) / step * step;
+  p.chunk = std::max<int64_t>(p.chunk, step);
+  p.splits = int(std::max<int64_t>(1, (a.seq_kv + p.chunk - 1) / p.chunk));
+
+  float* partial = nullptr;
+  unsigned* arrivals = nullptr;
+  if (p.splits > 1) {
+    const size_t bytes = size_t(heads) * size_t(p.splits) * size_t(round_rows(p.rows)) *
+                         size_t(a.head_dim + 2) * sizeof(float);
+    KILN_TRY(cuda_status(cudaMalloc(&partial, bytes), Error::MemoryAllocationFailed,
+                         "Kiln engine: op %zu (attention): cudaMalloc of %zu bytes for the "
+                         "decode splits' partial results",
+                         ctx.op_index, bytes));
+    cudaError_t status = cudaMalloc(&arrivals, size_t(heads) * sizeof(unsigned));
+    if (status == cudaSuccess) status = cudaMemset(arrivals, 0, size_t(heads) * sizeof(unsigned));
+    if (status != cudaSuccess) {
+      cudaFree(partial);
+      cudaFree(arrivals);
+      return cuda_status(status, Error::MemoryAllocationFailed,
+                         "Kiln engine: op %zu (attention): the decode splits' arrival counters",
+                         ctx.op_index);
+    }
+  }
+  p.partial = partial;
+  p.arrivals = arrivals;
+  return std::unique_ptr<Step>(new DecodeAttentionStep(a, p, dtype, partial, arrivals));
+}
+
+}  // namespace kiln::engine::kernels
