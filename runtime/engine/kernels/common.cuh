@@ -7,7 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "format/blob_format.h"
 #include "runtime/engine/strided.h"
@@ -16,6 +19,51 @@ namespace kiln::engine::kernels {
 
 /// Threads per block for grid-stride kernels (RunContext::max_blocks is sized for this).
 inline constexpr int kBlock = 256;
+
+// --- Programmatic dependent launch (Hopper). A kernel launched with launch_overlapped may be
+// scheduled while the kernel before it on the stream (or in the captured graph) is still
+// running, so its launch latency hides behind that kernel's tail: at batch 1 a decode step is
+// ~200 kernels of a few microseconds each. Such a kernel must call wait_for_previous_kernel()
+// before it touches global memory (it returns once the previous kernel has finished and its
+// writes are visible), and may call allow_next_kernel() to let the next one be scheduled.
+// KILN_PDL=off launches them plainly.
+
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/// Whether launch_overlapped asks for programmatic dependent launch (KILN_PDL unset or not "off";
+/// read at every launch, which the engine's graph capture makes once per step).
+inline bool overlapped_launches_enabled() {
+  const char* env = std::getenv("KILN_PDL");
+  return env == nullptr || std::strcmp(env, "off") != 0;
+}
+
+/// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel's tail
+/// (see above: `kernel` must start with wait_for_previous_kernel()).
+template <typename... Params, typename... Args>
+cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = overlapped_launches_enabled() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+}
 
 /// Blocks for `n` work items of `per_block` each, capped at `max_blocks` (grid-stride beyond).
 inline unsigned blocks_for(int64_t n, int64_t per_block, int max_blocks) {

@@ -495,7 +495,9 @@ __global__ void __launch_bounds__(kBlock) fused_kernel(void* __restrict__ out,
                                                        const StridedLoop<kFusedOperands> loop) {
   __shared__ FusedInstrDev instrs[blob::kMaxFusedInstrs];
   __shared__ float regs[kFusedRegisters][kBlock];
-  stage_program(prog, instrs);
+  stage_program(prog, instrs);   // from the kernel's parameters: before the wait
+  wait_for_previous_kernel();    // launched overlapped (common.cuh)
+  allow_next_kernel();
   float* r = &regs[0][threadIdx.x];  // register k of this thread: r[k * kBlock]
   const Index n = static_cast<Index>(loop.numel);
   for (Index i = static_cast<Index>(thread_index()); i < n;
@@ -522,6 +524,8 @@ template <typename T, int kWidth, UnaryKind kAct>
 __global__ void __launch_bounds__(kBlock) glu_kernel(T* __restrict__ out, const T* __restrict__ a,
                                                      const T* __restrict__ b, int64_t n) {
   using P = Pack<T, kWidth>;
+  wait_for_previous_kernel();   // launched overlapped (common.cuh)
+  allow_next_kernel();
   for (int64_t i = thread_index(); i < n / kWidth; i += thread_count()) {
     const P pa = reinterpret_cast<const P*>(a)[i];
     const P pb = reinterpret_cast<const P*>(b)[i];
@@ -601,19 +605,19 @@ class FusedStep final : public Step {
     const int64_t n = loop_.numel;
     switch (glu_kind_) {
       case UnaryKind::kSilu:
-        glu_kernel<T, kWidth, UnaryKind::kSilu><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        launch_overlapped(glu_kernel<T, kWidth, UnaryKind::kSilu>, blocks, kBlock, 0, ctx.stream, out, a, b, n);
         break;
       case UnaryKind::kGeluErf:
-        glu_kernel<T, kWidth, UnaryKind::kGeluErf><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        launch_overlapped(glu_kernel<T, kWidth, UnaryKind::kGeluErf>, blocks, kBlock, 0, ctx.stream, out, a, b, n);
         break;
       case UnaryKind::kGeluTanh:
-        glu_kernel<T, kWidth, UnaryKind::kGeluTanh><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        launch_overlapped(glu_kernel<T, kWidth, UnaryKind::kGeluTanh>, blocks, kBlock, 0, ctx.stream, out, a, b, n);
         break;
       case UnaryKind::kRelu:
-        glu_kernel<T, kWidth, UnaryKind::kRelu><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        launch_overlapped(glu_kernel<T, kWidth, UnaryKind::kRelu>, blocks, kBlock, 0, ctx.stream, out, a, b, n);
         break;
       default:
-        glu_kernel<T, kWidth, UnaryKind::kSigmoid><<<blocks, kBlock, 0, ctx.stream>>>(out, a, b, n);
+        launch_overlapped(glu_kernel<T, kWidth, UnaryKind::kSigmoid>, blocks, kBlock, 0, ctx.stream, out, a, b, n);
         break;
     }
   }
@@ -644,9 +648,9 @@ class FusedStep final : public Step {
     }
     const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
     if (loop_.numel <= INT32_MAX) {
-      fused_kernel<uint32_t><<<blocks, kBlock, 0, ctx.stream>>>(out, prog, loop_);
+      launch_overlapped(fused_kernel<uint32_t>, blocks, kBlock, 0, ctx.stream, out, prog, loop_);
     } else {
-      fused_kernel<int64_t><<<blocks, kBlock, 0, ctx.stream>>>(out, prog, loop_);
+      launch_overlapped(fused_kernel<int64_t>, blocks, kBlock, 0, ctx.stream, out, prog, loop_);
     }
     return Error::Ok;
   }

@@ -32,6 +32,7 @@ struct GemvParams {
   float alpha, beta;
   Epilogue act;
   int n, k;
+  bool b_constant;        // b is a weight: no kernel writes it, so it is read before the wait
 };
 
 constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
@@ -52,6 +53,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   const T* b = static_cast<const T*>(p.b);
   const int first = blockIdx.x * kWarps + warp;
   const int vectors = p.k / kVector;
+  // Launched overlapped (launch_overlapped): a weight's first vectors are requested while the
+  // kernel before still runs; the activations (and a computed b) only after it has finished.
+  if (!p.b_constant) wait_for_previous_kernel();
   uint4 ahead[kLoads];
   if constexpr (kWide) {
     const uint4* row = reinterpret_cast<const uint4*>(b + static_cast<size_t>(first) * p.k);
@@ -61,6 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
       ahead[u] = first < p.n && v < vectors ? __ldg(row + v) : make_uint4(0, 0, 0, 0);
     }
   }
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const T* a = static_cast<const T*>(p.a);
   if constexpr (kWide) {
     // 16-byte loads of the activations, several in flight per thread: a K of 8192 staged in one
@@ -145,8 +151,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 
 class GemvStep final : public Step {
  public:
-  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype, bool wide)
-      : a_(a), dtype_(dtype), bias_dtype_(bias_dtype), wide_(wide) {}
+  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype, bool wide, bool b_constant)
+      : a_(a), dtype_(dtype), bias_dtype_(bias_dtype), wide_(wide), b_constant_(b_constant) {}
 
   Error enqueue(const RunContext& ctx) override {
     GemvParams p{ctx.ptr(a_.a), ctx.ptr(a_.b), ctx.ptr(a_.out),
@@ -154,7 +160,7 @@ class GemvStep final : public Step {
                  a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias), bias_dtype_,
                  a_.bias_row_stride, a_.bias_col_stride, static_cast<float>(a_.alpha),
                  static_cast<float>(a_.beta), a_.epilogue, static_cast<int>(a_.n),
-                 static_cast<int>(a_.k)};
+                 static_cast<int>(a_.k), b_constant_};
     const size_t staged = static_cast<size_t>(a_.m * a_.k) * sizeof(float);
     // Enough blocks to keep every SM streaming; each stages the activations once.
     const unsigned blocks = blocks_for(a_.n, kWarps, ctx.max_blocks);
@@ -162,9 +168,9 @@ class GemvStep final : public Step {
       using T = typename decltype(tag)::type;
       constexpr int kM = decltype(rows)::value;
       if (wide_) {
-        gemv_kernel<T, kM, true><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+        launch_overlapped(gemv_kernel<T, kM, true>, blocks, kWarps * 32, staged, ctx.stream, p);
       } else {
-        gemv_kernel<T, kM, false><<<blocks, kWarps * 32, staged, ctx.stream>>>(p);
+        launch_overlapped(gemv_kernel<T, kM, false>, blocks, kWarps * 32, staged, ctx.stream, p);
       }
     };
     visit_floating(dtype_, [&](auto tag) {
@@ -186,6 +192,7 @@ class GemvStep final : public Step {
   MatmulArgs a_;
   DType dtype_, bias_dtype_;
   bool wide_;  // whole 16-byte weight rows, aligned: the vector loop
+  bool b_constant_;  // b is a weight (read before the previous kernel has finished)
 };
 
 // Whether the op's weight rows are whole, aligned 16-byte vectors (the kernel's vector loop).
@@ -237,7 +244,8 @@ StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
   const Graph& g = ctx.graph;
   const DType bias_dtype = a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype;
   return std::unique_ptr<Step>(
-      new GemvStep(a, g.tensors[a.a].dtype, bias_dtype, wide_rows(a, ctx)));
+      new GemvStep(a, g.tensors[a.a].dtype, bias_dtype, wide_rows(a, ctx),
+                   g.tensors[a.b].storage == blob::Storage::kWeight));
 }
 
 }  // namespace kiln::engine::kernels

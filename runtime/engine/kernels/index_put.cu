@@ -48,6 +48,8 @@ __global__ void index_put_kernel(const Word* __restrict__ values, const Index* _
                                  Word* __restrict__ out, int64_t outer, int64_t num_positions,
                                  int64_t dim_size, int64_t inner,
                                  DeviceErrorFlag* __restrict__ flag, unsigned long long op_plus_one) {
+  wait_for_previous_kernel();   // the self-checked kernel is launched overlapped (common.cuh)
+  allow_next_kernel();
   if constexpr (kSelfCheck) {
     if (__syncthreads_or(flag_bad_positions(positions, num_positions, dim_size, flag,
                                             op_plus_one))) {
@@ -76,9 +78,9 @@ void launch(const IndexPutArgs& a, const void* values, const void* positions, vo
   const unsigned blocks =
       blocks_for(a.outer * a.num_positions * inner_words, kBlock, ctx.max_blocks);
   if (a.num_positions <= kSelfCheckedPositions) {
-    index_put_kernel<Word, Index, true><<<blocks, kBlock, 0, ctx.stream>>>(
-        static_cast<const Word*>(values), pos, static_cast<Word*>(out), a.outer, a.num_positions,
-        a.dim_size, inner_words, ctx.error_flag, op);
+    launch_overlapped(index_put_kernel<Word, Index, true>, blocks, kBlock, 0, ctx.stream,
+                      static_cast<const Word*>(values), pos, static_cast<Word*>(out), a.outer,
+                      a.num_positions, a.dim_size, inner_words, ctx.error_flag, op);
     return;
   }
   check_positions_kernel<Index><<<1, kBlock, 0, ctx.stream>>>(pos, a.num_positions, a.dim_size,

@@ -140,6 +140,8 @@ __global__ void __launch_bounds__(kThreads) layer_norm_vec_kernel(
     const W* __restrict__ weight, const W* __restrict__ bias, bool rms) {
   constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
   __shared__ float scratch[32];
+  wait_for_previous_kernel();   // launched overlapped (common.cuh)
+  allow_next_kernel();
   const float inv_cols = 1.0f / static_cast<float>(cols);
   const int64_t vecs = cols / kWidth;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -183,9 +185,9 @@ void launch_vec(const T* x, T* out, int64_t rows, int64_t cols, float eps, const
                 bool rms, const RunContext& ctx) {
   const int max_blocks = std::max(1, static_cast<int>(int64_t{ctx.max_blocks} * kBlock / kThreads));
   const unsigned blocks = blocks_for(rows, 1, max_blocks);
-  layer_norm_vec_kernel<T, W, kThreads, kVecs><<<blocks, kThreads, 0, ctx.stream>>>(
-      x, out, rows, cols, eps, static_cast<const W*>(affine.weight),
-      static_cast<const W*>(affine.bias), rms);
+  launch_overlapped(layer_norm_vec_kernel<T, W, kThreads, kVecs>, blocks, kThreads, 0, ctx.stream,
+                    x, out, rows, cols, eps, static_cast<const W*>(affine.weight),
+                    static_cast<const W*>(affine.bias), rms);
 }
 
 // Picks the width class of the vectorised kernel; false when the row is wider than the widest.

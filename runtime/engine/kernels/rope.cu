@@ -18,6 +18,8 @@ template <typename T, typename Index>
 __global__ void rope_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ cos,
                             const T* __restrict__ sin, const StridedLoop<4> loop,
                             const Halves half) {
+  wait_for_previous_kernel();   // launched overlapped (common.cuh)
+  allow_next_kernel();
   for (int64_t i = thread_index(); i < loop.numel; i += thread_count()) {
     int64_t off[4];
     strided_offsets(loop, static_cast<Index>(i), off);
@@ -59,9 +61,11 @@ class RopeStep final : public Step {
       const T* sin = static_cast<const T*>(ctx.ptr(a_.sin)) + a_.sin_offset;
       const unsigned blocks = blocks_for(loop_.numel, kBlock, ctx.max_blocks);
       if (loop_.numel < (int64_t{1} << 31)) {
-        rope_kernel<T, uint32_t><<<blocks, kBlock, 0, ctx.stream>>>(out, x, cos, sin, loop_, half_);
+        launch_overlapped(rope_kernel<T, uint32_t>, blocks, kBlock, 0, ctx.stream, out, x, cos, sin,
+                          loop_, half_);
       } else {
-        rope_kernel<T, int64_t><<<blocks, kBlock, 0, ctx.stream>>>(out, x, cos, sin, loop_, half_);
+        launch_overlapped(rope_kernel<T, int64_t>, blocks, kBlock, 0, ctx.stream, out, x, cos, sin,
+                          loop_, half_);
       }
     });
     return Error::Ok;
