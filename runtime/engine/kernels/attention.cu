@@ -101,12 +101,6 @@ __host__ __device__ inline size_t smem_floats(int r, int64_t d, int64_t dv) {
   return size_t(kWarps * r * dp + kKeys * (dp + 4) + kKeys * dv + kWarps * r * kKeys);
 }
 
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
 
 // C: accumulator columns per lane (head_dim_v up to 32 * C), 1, 2, 4 or 8: the loops over them
 // unroll to what the head needs (a head of 64 runs 2, where a fixed 8 ran 6 predicated off).
@@ -246,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
         }
       }
       const float score = keep ? s[r] : -INFINITY;
-      const float m_new = fmaxf(m[r], warp_reduce(score, Max{}));
+      const float m_new = fmaxf(m[r], warp_reduce(score, MaxOp{}));
       // Nothing seen yet (every score so far -inf): keep the zero state as it is.
       const float alpha = m_new == -INFINITY ? 1.0f : expf(m[r] - m_new);
       const float e = m_new == -INFINITY ? 0.0f : expf(score - m_new);
@@ -277,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const QueryRow qr = query_row(p, i0, warp * R + r);
-    const float total = warp_reduce(l[r], Sum{});
+    const float total = warp_reduce(l[r], SumOp{});
     if (!live(warp * R + r, qr)) continue;
     if (p.splits > 1) {   // max, sum, dv accumulators
       float* part = partial_at(qr, blockIdx.z);
@@ -323,9 +317,9 @@ __global__ void __launch_bounds__(kThreads, 4) attention_kernel(Params p) {
     const float* part = partial_at(qr, 0);
     const float mz = lane < p.splits ? __ldcg(part + lane * split_stride) : -INFINITY;
     const float lz = lane < p.splits ? __ldcg(part + lane * split_stride + 1) : 0.0f;
-    const float mx = warp_reduce(mz, Max{});
+    const float mx = warp_reduce(mz, MaxOp{});
     const float wz = mz == -INFINITY ? 0.0f : expf(mz - mx);
-    const float sum = warp_reduce(lz * wz, Sum{});
+    const float sum = warp_reduce(lz * wz, SumOp{});
     for (int64_t c0 = 0; c0 < p.dv; c0 += 32) {   // uniform over the warp: the shuffles below
       const int64_t c = c0 + lane;
       float a = 0.0f;

@@ -58,12 +58,6 @@ struct DecodeParams {
   unsigned* arrivals;  // per (batch, KV head): splits finished so far
 };
 
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
 
 template <typename T, int L, int R>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
@@ -260,9 +254,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     const float* st = states + int64_t(r) * (D + 2);
     const float mz = lane < p.splits ? __ldcg(st + lane * stride) : -INFINITY;
     const float lz = lane < p.splits ? __ldcg(st + lane * stride + 1) : 0.0f;
-    const float mx = warp_reduce(mz, Max{});
+    const float mx = warp_reduce(mz, MaxOp{});
     const float w = mz == -INFINITY ? 0.0f : expf(mz - mx);
-    const float sum = warp_reduce(lz * w, Sum{});
+    const float sum = warp_reduce(lz * w, SumOp{});
     weight_s[r][lane] = w;
     if (lane == 0) inv_s[r] = sum == 0.0f ? 0.0f : 1.0f / sum;   // no key seen: 0
   }

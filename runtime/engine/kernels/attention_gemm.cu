@@ -24,10 +24,6 @@ constexpr int64_t kMinQueries = 64;
 constexpr size_t kMaxScoreBytes = size_t{64} << 20;  // the scores' share of the workspace
 constexpr size_t kGemmWorkspaceBytes = size_t{4} << 20;
 
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 struct SoftmaxParams {
   float* scores;  // [batch, heads_q, seq_q, seq_kv], dense
   const void* mask;

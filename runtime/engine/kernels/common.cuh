@@ -287,6 +287,10 @@ struct SumOp {
   }
 };
 
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
 /// GELU with the exact erf form, and PyTorch's tanh approximation.
 __device__ __forceinline__ float gelu_erf(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
