@@ -192,6 +192,18 @@ for p in ("torch", "torchvision", "transformers"):
       rc=$?; [ $rc -eq 0 ] || status=1
       echo "racecheck $(basename "$t"): rc=$rc $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$out/racecheck_$(basename "$t").log" | tail -1) $(grep -cE '^\[       OK \]' "$out/racecheck_$(basename "$t").log") tests"
     done
+    # The decode attention kernel, and the generic one its cases run on with
+    # KILN_ATTENTION_DECODE=off: memcheck, and racecheck (their warps share memory) with
+    # KILN_ATTENTION=kiln, which keeps cuDNN's kernels out (racecheck reports hazards inside them).
+    t="$stage/tests/engine_attention_gpu_test"
+    "$cs" --tool memcheck --error-exitcode 99 "$t" --gtest_filter='*AttentionDecodeKernel*' \
+      > "$out/memcheck_attention_decode.log" 2>&1
+    rc=$?; [ $rc -eq 0 ] || status=1
+    echo "memcheck attention decode: rc=$rc $(grep -E 'ERROR SUMMARY' "$out/memcheck_attention_decode.log" | tail -1)"
+    KILN_ATTENTION=kiln "$cs" --tool racecheck --error-exitcode 99 "$t" \
+      --gtest_filter='*AttentionDecodeKernel*' > "$out/racecheck_attention_decode.log" 2>&1
+    rc=$?; [ $rc -eq 0 ] || status=1
+    echo "racecheck attention decode: rc=$rc $(grep -E 'RACECHECK SUMMARY' "$out/racecheck_attention_decode.log" | tail -1)"
     exit $status
   fi
   for t in "$stage"/tests/*; do
