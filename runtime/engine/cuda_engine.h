@@ -99,6 +99,7 @@ class CudaEngine final : public Engine {
                 CUstream_st* stream) override;
 
   AlgoChoices algo_choices() const override { return {algo_cache_hits_, algo_cache_misses_}; }
+  size_t folded_ops() const override { return folded_ops_; }
 
  private:
   IoSpec spec(int64_t id) const {
@@ -135,6 +136,7 @@ class CudaEngine final : public Engine {
   uint64_t activation_bytes_ = 0;  // counted in device_memory_stats() while state_ lives
   size_t algo_cache_hits_ = 0;
   size_t algo_cache_misses_ = 0;
+  size_t folded_ops_ = 0;
 
   std::vector<void*> tensor_ptrs_;    // device address of every tensor for the current run
   std::vector<void*> state_ptrs_;     // device address of each kState tensor, by tensor id

@@ -98,6 +98,11 @@ class Engine {
     size_t searched = 0;
   };
   virtual AlgoChoices algo_choices() const = 0;
+
+  /// Ops whose work runs inside a later op's kernel, decided at init (a layer norm or a gated
+  /// activation folded into the GEMV that reads it: KILN_GEMV_NORM, KILN_GEMV_GLU). Their
+  /// profile rows show no time of their own.
+  virtual size_t folded_ops() const = 0;
 };
 
 /// Device memory held by the live engines of this process, over all devices, in bytes.

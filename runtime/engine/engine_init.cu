@@ -21,6 +21,7 @@
 #include "format/fail.h"
 #include "runtime/engine/kernels/attention_cudnn.h"
 #include "runtime/engine/kernels/conv2d.cuh"
+#include "runtime/engine/kernels/gemv.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/profile.h"
 #include "runtime/engine/shared_state.h"
@@ -159,10 +160,28 @@ Error CudaEngine::init() {
   AlgoCache algos = autotune_ && (s->cudnn != nullptr || s->lt != nullptr)
                         ? AlgoCache(AlgoCache::default_dir(), algo_cache_key(device_), graph_hash_)
                         : AlgoCache();
+  folded_ops_ = 0;
   for (size_t i = 0; i < graph_.ops.size(); ++i) {
     const InitContext ctx{graph_, i, s->lt.get(), s->cudnn.get(), alignment, autotune_, algos,
                           s->stream.get()};
     std::unique_ptr<Step> step;
+    // A layer norm or gated activation whose only reader is the GEMV after it runs inside that
+    // GEMV (gemv.cuh): op i's step enqueues nothing and op i + 1's computes op i's output as it
+    // stages its activations.
+    const blob::Opcode opcode = graph_.ops[i].opcode;
+    if (i + 1 < graph_.ops.size() && graph_.ops[i + 1].opcode == blob::Opcode::kMatmul &&
+        (opcode == blob::Opcode::kLayerNorm || opcode == blob::Opcode::kFusedElementwise)) {
+      const InitContext next{graph_, i + 1, s->lt.get(), s->cudnn.get(), alignment, autotune_,
+                             algos, s->stream.get()};
+      if (kernels::folded_gemv_unsupported(i, next) == nullptr) {
+        KILN_ASSIGN_OR_RETURN(step, kernels::make_folded_gemv_step(i, next));
+        s->steps.push_back(kernels::make_folded_step());
+        s->steps.push_back(std::move(step));
+        ++folded_ops_;
+        ++i;
+        continue;
+      }
+    }
     KILN_ASSIGN_OR_RETURN(step, make_step(graph_.ops[i], ctx));
     workspace = std::max(workspace, step->workspace_bytes());
     s->steps.push_back(std::move(step));

@@ -543,6 +543,33 @@ __global__ void __launch_bounds__(kBlock) glu_kernel(T* __restrict__ out, const 
   }
 }
 
+}  // namespace
+
+bool glu_program(const FusedElementwiseArgs& args, DType dtype, int32_t* act_input,
+                 UnaryKind* act) {
+  if (args.num_inputs != 2 || args.num_instrs != 2) return false;
+  const FusedInstr& u = args.instrs[0];
+  const FusedInstr& m = args.instrs[1];
+  if (u.form != blob::FusedForm::kUnary || u.round != dtype || m.form != blob::FusedForm::kBinary ||
+      m.kind != int64_t(BinaryKind::kMul) || m.round != dtype || u.src[0] < 0 || u.src[0] > 1) {
+    return false;
+  }
+  const int32_t other = 1 - u.src[0];
+  if (!((m.src[0] == 2 && m.src[1] == other) || (m.src[0] == other && m.src[1] == 2))) {
+    return false;
+  }
+  const UnaryKind kind = static_cast<UnaryKind>(u.kind);
+  if (kind != UnaryKind::kSilu && kind != UnaryKind::kGeluErf && kind != UnaryKind::kGeluTanh &&
+      kind != UnaryKind::kRelu && kind != UnaryKind::kSigmoid) {
+    return false;
+  }
+  *act_input = u.src[0];
+  *act = kind;
+  return true;
+}
+
+namespace {
+
 class FusedStep final : public Step {
  public:
   FusedStep(const FusedElementwiseArgs& args, const Graph& graph) : args_(args) {
@@ -580,23 +607,7 @@ class FusedStep final : public Step {
       if (prog_.in_dtype[k] != prog_.out_dtype) return;
       if (loop_.rank == 1 && loop_.strides[1 + k][0] != 1) return;
     }
-    const FusedInstr& u = args.instrs[0];
-    const FusedInstr& m = args.instrs[1];
-    const DType t = prog_.out_dtype;
-    if (u.form != blob::FusedForm::kUnary || u.round != t || m.form != blob::FusedForm::kBinary ||
-        m.kind != int64_t(BinaryKind::kMul) || m.round != t || u.src[0] < 0 || u.src[0] > 1) {
-      return;
-    }
-    const int32_t other = 1 - u.src[0];
-    if (!((m.src[0] == 2 && m.src[1] == other) || (m.src[0] == other && m.src[1] == 2))) return;
-    const UnaryKind kind = static_cast<UnaryKind>(u.kind);
-    if (kind != UnaryKind::kSilu && kind != UnaryKind::kGeluErf && kind != UnaryKind::kGeluTanh &&
-        kind != UnaryKind::kRelu && kind != UnaryKind::kSigmoid) {
-      return;
-    }
-    glu_ = true;
-    glu_kind_ = kind;
-    glu_act_input_ = u.src[0];
+    glu_ = glu_program(args, prog_.out_dtype, &glu_act_input_, &glu_kind_);
   }
 
   template <typename T, int kWidth>

@@ -14,4 +14,10 @@ StepResult make_where_step(const WhereArgs& args, const InitContext& ctx);
 // result would be (same math functions, so the same bits).
 StepResult make_fused_elementwise_step(const FusedElementwiseArgs& args, const InitContext& ctx);
 
+/// Whether the fused program is the gated activation of a SwiGLU / GeGLU block, act(input
+/// *act_input) * the other input, each step rounded to `dtype` (what glu_kernel runs and a GEMV
+/// folds in); sets *act_input and *act when it is.
+bool glu_program(const FusedElementwiseArgs& args, blob::DType dtype, int32_t* act_input,
+                 blob::UnaryKind* act);
+
 }  // namespace kiln::engine::kernels

@@ -6,7 +6,10 @@
 
 #include "format/dtype.h"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/elementwise.cuh"
+#include "runtime/engine/kernels/elementwise_math.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/op_tensors.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -33,9 +36,133 @@ struct GemvParams {
   Epilogue act;
   int n, k;
   bool b_constant;        // b is a weight: no kernel writes it, so it is read before the wait
+  // A folded kLayerNorm (Prologue::kNorm): `a` is the norm's input, normalised per row as it is
+  // staged.
+  const void* norm_weight;   // null: 1
+  const void* norm_bias;     // null: 0
+  DType norm_weight_dtype, norm_bias_dtype;
+  float eps;
+  bool rms;
+  // A folded gated activation (Prologue::kGlu): staged act(a) * glu_b, each step rounded to T.
+  const void* glu_b;
+  blob::UnaryKind glu_act;
 };
 
+// What the GEMV computes from its activations as it stages them: the op before it, folded in.
+enum class Prologue { kNone, kNorm, kGlu };
+
 constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
+
+// act(a) * b as glu_kernel (elementwise.cu) computes it: the activation rounded to T, then the
+// product.
+template <typename T>
+__device__ __forceinline__ float gated(T a, T b, blob::UnaryKind act) {
+  const float g = to_float(from_float<T>(unary_float(act, to_float(a), 0.0f, 0.0f)));
+  return to_float(from_float<T>(g * to_float(b)));
+}
+
+// The same for the 16-byte vectors of a and b: returns the vector of the products.
+template <typename T>
+__device__ __forceinline__ uint4 gated_vector(uint4 a, uint4 b, blob::UnaryKind act) {
+  constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  const T* x = reinterpret_cast<const T*>(&a);
+  const T* y = reinterpret_cast<const T*>(&b);
+  uint4 out;
+  T* o = reinterpret_cast<T*>(&out);
+#pragma unroll
+  for (int e = 0; e < kN; ++e) o[e] = from_float<T>(gated(x[e], y[e], act));
+  return out;
+}
+
+// Stores the 16-byte vector v of T values at `to` as fp32; returns their sum.
+template <typename T>
+__device__ __forceinline__ float stage_vector(float* to, uint4 v) {
+  constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  const T* e = reinterpret_cast<const T*>(&v);
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q) {
+    const float4 f = make_float4(to_float(e[4 * q]), to_float(e[4 * q + 1]),
+                                 to_float(e[4 * q + 2]), to_float(e[4 * q + 3]));
+    reinterpret_cast<float4*>(to)[q] = f;
+    sum += (f.x + f.y) + (f.z + f.w);
+  }
+  return sum;
+}
+
+// The sum over the block of each row's per-thread parts, in every thread (`red`: kWarps * kM
+// floats of shared memory, free on entry and on return).
+template <int kM>
+__device__ __forceinline__ void block_row_sums(float (&part)[kM], float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    const float v = warp_reduce(part[m], SumOp{});
+    if (lane == 0) red[warp * kM + m] = v;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    float v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) v += red[w * kM + m];
+    part[m] = v;
+  }
+  __syncthreads();
+}
+
+// The rows a folded kLayerNorm would have written, from its input staged as fp32 in shared
+// memory by the 16-byte staging loop of gemv_kernel (each thread normalises the vectors it
+// staged; row_sum holds its part of each row's sum), with the norm's weight and bias staged in
+// `affine`. The mean, then the variance around it, as layer_norm.cu (RMSNorm: mean 0).
+template <typename T, int kM>
+__device__ __forceinline__ void normalize_staged(float* staged, const float* affine,
+                                                 float (&row_sum)[kM], const GemvParams& p) {
+  constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+  __shared__ float red[kWarps * kM];
+  const int vectors = p.k / kVector;
+  const float inv_k = 1.0f / static_cast<float>(p.k);
+  float mean[kM], squares[kM];
+  if (!p.rms) block_row_sums<kM>(row_sum, red);
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    mean[m] = p.rms ? 0.0f : row_sum[m] * inv_k;
+    squares[m] = 0.0f;
+  }
+  for (int i = threadIdx.x; i < kM * vectors; i += blockDim.x) {
+    const int row = i / vectors;
+    float sq = 0.0f, mu = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) mu = m == row ? mean[m] : mu;
+#pragma unroll
+    for (int q = 0; q < kVector; ++q) {
+      const float d = staged[i * kVector + q] - mu;
+      sq += d * d;
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) squares[m] += m == row ? sq : 0.0f;
+  }
+  block_row_sums<kM>(squares, red);
+  for (int i = threadIdx.x; i < kM * vectors; i += blockDim.x) {
+    const int row = i / vectors, c0 = (i - row * vectors) * kVector;
+    float mu = 0.0f, rstd = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      if (m == row) {
+        mu = mean[m];
+        rstd = rsqrtf(squares[m] * inv_k + p.eps);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kVector; ++q) {
+      float y = (staged[i * kVector + q] - mu) * rstd;
+      if (p.norm_weight != nullptr) y *= affine[c0 + q];
+      if (p.norm_bias != nullptr) y += affine[p.k + c0 + q];
+      staged[i * kVector + q] = to_float(from_float<T>(y));
+    }
+  }
+  __syncthreads();
+}
 
 // out[m, col] = act(alpha * a[m, :] . b[col, :] + residual[m, col] + beta * bias[...]). A warp per
 // output column streams its weight row with 16-byte loads (kLoads in flight per lane) and dots it
@@ -44,8 +171,15 @@ constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
 // memory round trips overlap instead of adding up at the start of every block.
 // kWide false: rows that are not whole 16-byte vectors (a squeeze-excitation FC's K of 4..28)
 // are read an element a lane.
-template <typename T, int kM, bool kWide>
+// kPro, the folded op before it: kNorm, the activations are a kLayerNorm's input, and every
+// block normalises the rows it staged (as layer_norm.cu does: the mean, then the variance around
+// it; RMSNorm's mean is 0), rounding each value to T as the norm's output tensor would have;
+// kGlu, they are the gate of a SwiGLU / GeGLU (act(a) * glu_b, as glu_kernel rounds it). A
+// decoder's norm and its projection, or its gate and the down projection, are one kernel, and
+// the staged row never goes through memory.
+template <typename T, int kM, bool kWide, Prologue kPro = Prologue::kNone>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
+  static_assert(kPro != Prologue::kNorm || kWide, "a folded norm reads whole 16-byte vectors");
   constexpr int kVector = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   extern __shared__ float staged[];   // [kM][K]
   const int lane = threadIdx.x & 31;
@@ -68,25 +202,46 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   wait_for_previous_kernel();
   allow_next_kernel();
   const T* a = static_cast<const T*>(p.a);
+  float row_sum[kM] = {};                  // kNorm: this thread's part of each row's sum
+  float* affine = staged + kM * p.k;       // kNorm: the norm's weight [K] and bias [K]
   if constexpr (kWide) {
     // 16-byte loads of the activations, several in flight per thread: a K of 8192 staged in one
     // round trip, where an element a thread took one per 256 elements.
     const uint4* a4 = reinterpret_cast<const uint4*>(a);
 #pragma unroll 4
     for (int i = threadIdx.x; i < kM * vectors; i += blockDim.x) {
-      const uint4 packed = __ldg(a4 + i);
-      const T* e = reinterpret_cast<const T*>(&packed);
+      uint4 packed = __ldg(a4 + i);
+      if constexpr (kPro == Prologue::kGlu) {
+        packed = gated_vector<T>(packed, __ldg(reinterpret_cast<const uint4*>(p.glu_b) + i),
+                                 p.glu_act);
+      }
+      if constexpr (kPro == Prologue::kNorm) {
+        // The norm's weight and bias go to shared memory with the first row, loaded in the same
+        // round trip as the activations.
+        if (i < vectors && p.norm_weight != nullptr) {
+          stage_vector<T>(affine + i * kVector, __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + i));
+        }
+        if (i < vectors && p.norm_bias != nullptr) {
+          stage_vector<T>(affine + p.k + i * kVector,
+                          __ldg(reinterpret_cast<const uint4*>(p.norm_bias) + i));
+        }
+      }
+      const float sum = stage_vector<T>(staged + i * kVector, packed);
+      if constexpr (kPro == Prologue::kNorm) {
+        const int row = i / vectors;
 #pragma unroll
-      for (int q = 0; q < kVector / 4; ++q) {
-        reinterpret_cast<float4*>(staged + i * kVector)[q] =
-            make_float4(to_float(e[4 * q]), to_float(e[4 * q + 1]), to_float(e[4 * q + 2]),
-                        to_float(e[4 * q + 3]));
+        for (int m = 0; m < kM; ++m) row_sum[m] += m == row ? sum : 0.0f;
       }
     }
   } else {
-    for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) staged[i] = to_float(a[i]);
+    for (int i = threadIdx.x; i < kM * p.k; i += blockDim.x) {
+      staged[i] = kPro == Prologue::kGlu
+                      ? gated(a[i], static_cast<const T*>(p.glu_b)[i], p.glu_act)
+                      : to_float(a[i]);
+    }
   }
   __syncthreads();
+  if constexpr (kPro == Prologue::kNorm) normalize_staged<T, kM>(staged, affine, row_sum, p);
   for (int col = first; col < p.n; col += gridDim.x * kWarps) {
     const T* weight_row = b + static_cast<size_t>(col) * p.k;
     float acc[kM] = {};
@@ -149,28 +304,66 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   }
 }
 
+// The op folded into a GEMV step: a kLayerNorm (norm) or a gated activation (glu), or neither.
+struct Folded {
+  Prologue kind = Prologue::kNone;
+  LayerNormArgs norm{};
+  int64_t glu_a = kNoTensor, glu_b = kNoTensor;   // act(glu_a) * glu_b
+  blob::UnaryKind glu_act = blob::UnaryKind::kSilu;
+};
+
+// Rows of K floats a folded norm's weight and bias take after the staged activations (the bias
+// is the second).
+int64_t affine_rows(const Folded& f) {
+  if (f.kind != Prologue::kNorm) return 0;
+  return f.norm.bias != kNoTensor ? 2 : f.norm.weight != kNoTensor ? 1 : 0;
+}
+
 class GemvStep final : public Step {
  public:
-  GemvStep(const MatmulArgs& a, DType dtype, DType bias_dtype, bool wide, bool b_constant)
-      : a_(a), dtype_(dtype), bias_dtype_(bias_dtype), wide_(wide), b_constant_(b_constant) {}
+  GemvStep(const MatmulArgs& a, const Graph& g, bool wide, const Folded& folded)
+      : a_(a), dtype_(g.tensors[a.a].dtype),
+        bias_dtype_(a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype),
+        wide_(wide), b_constant_(g.tensors[a.b].storage == blob::Storage::kWeight), f_(folded) {
+    if (f_.kind == Prologue::kNorm) {
+      ln_weight_dtype_ = f_.norm.weight == kNoTensor ? dtype_ : g.tensors[f_.norm.weight].dtype;
+      ln_bias_dtype_ = f_.norm.bias == kNoTensor ? dtype_ : g.tensors[f_.norm.bias].dtype;
+    }
+  }
 
   Error enqueue(const RunContext& ctx) override {
-    GemvParams p{ctx.ptr(a_.a), ctx.ptr(a_.b), ctx.ptr(a_.out),
+    const bool norm = f_.kind == Prologue::kNorm;
+    const int64_t staged_from = norm ? f_.norm.x : f_.kind == Prologue::kGlu ? f_.glu_a : a_.a;
+    GemvParams p{ctx.ptr(staged_from), ctx.ptr(a_.b), ctx.ptr(a_.out),
                  a_.residual == kNoTensor ? nullptr : ctx.ptr(a_.residual),
                  a_.bias == kNoTensor ? nullptr : ctx.ptr(a_.bias), bias_dtype_,
                  a_.bias_row_stride, a_.bias_col_stride, static_cast<float>(a_.alpha),
                  static_cast<float>(a_.beta), a_.epilogue, static_cast<int>(a_.n),
-                 static_cast<int>(a_.k), b_constant_};
-    const size_t staged = static_cast<size_t>(a_.m * a_.k) * sizeof(float);
+                 static_cast<int>(a_.k), b_constant_,
+                 norm && f_.norm.weight != kNoTensor ? ctx.ptr(f_.norm.weight) : nullptr,
+                 norm && f_.norm.bias != kNoTensor ? ctx.ptr(f_.norm.bias) : nullptr,
+                 ln_weight_dtype_, ln_bias_dtype_, static_cast<float>(f_.norm.eps), f_.norm.rms,
+                 f_.kind == Prologue::kGlu ? ctx.ptr(f_.glu_b) : nullptr, f_.glu_act};
+    const size_t staged = static_cast<size_t>(a_.m * a_.k + affine_rows(f_) * a_.k) * sizeof(float);
     // Enough blocks to keep every SM streaming; each stages the activations once.
     const unsigned blocks = blocks_for(a_.n, kWarps, ctx.max_blocks);
     auto launch = [&](auto tag, auto rows) {
       using T = typename decltype(tag)::type;
       constexpr int kM = decltype(rows)::value;
-      if (wide_) {
-        launch_overlapped(gemv_kernel<T, kM, true>, blocks, kWarps * 32, staged, ctx.stream, p);
-      } else {
-        launch_overlapped(gemv_kernel<T, kM, false>, blocks, kWarps * 32, staged, ctx.stream, p);
+      auto go = [&](auto kernel) {
+        launch_overlapped(kernel, blocks, kWarps * 32, staged, ctx.stream, p);
+      };
+      switch (f_.kind) {
+        case Prologue::kNone:
+          wide_ ? go(gemv_kernel<T, kM, true>) : go(gemv_kernel<T, kM, false>);
+          break;
+        case Prologue::kNorm:   // only over whole 16-byte rows (folded_gemv_unsupported)
+          go(gemv_kernel<T, kM, true, Prologue::kNorm>);
+          break;
+        case Prologue::kGlu:
+          wide_ ? go(gemv_kernel<T, kM, true, Prologue::kGlu>)
+                : go(gemv_kernel<T, kM, false, Prologue::kGlu>);
+          break;
       }
     };
     visit_floating(dtype_, [&](auto tag) {
@@ -193,18 +386,27 @@ class GemvStep final : public Step {
   DType dtype_, bias_dtype_;
   bool wide_;  // whole 16-byte weight rows, aligned: the vector loop
   bool b_constant_;  // b is a weight (read before the previous kernel has finished)
+  Folded f_;
+  DType ln_weight_dtype_ = DType::kFloat32, ln_bias_dtype_ = DType::kFloat32;
 };
 
-// Whether the op's weight rows are whole, aligned 16-byte vectors (the kernel's vector loop).
-bool wide_rows(const MatmulArgs& a, const InitContext& ctx) {
-  const size_t bytes = element_size(ctx.graph.tensors[a.a].dtype);
-  return (a.k * int64_t(bytes)) % 16 == 0 && ctx.alignment[a.a] >= 16 &&
-         ctx.alignment[a.b] >= 16;
+// The op a folded step stands for: its work runs in a later op's step, so it enqueues nothing.
+class FoldedStep final : public Step {
+ public:
+  Error enqueue(const RunContext&) override { return Error::Ok; }
+};
+
+// Whether the op's weight rows are whole, aligned 16-byte vectors (the kernel's vector loop);
+// `a` is the tensor the kernel stages (a folded norm's input, or the op's own a).
+bool wide_rows(const MatmulArgs& m, int64_t a, const InitContext& ctx) {
+  const size_t bytes = element_size(ctx.graph.tensors[m.a].dtype);
+  return (m.k * int64_t(bytes)) % 16 == 0 && ctx.alignment[a] >= 16 &&
+         ctx.alignment[m.b] >= 16;
 }
 
-}  // namespace
-
-const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
+// gemv_unsupported; folded: a norm is folded in, so the GEMV takes even the weights cuBLASLt
+// streams as fast (it would cost the norm's kernel).
+const char* unsupported(const MatmulArgs& a, int64_t staged, const InitContext& ctx, bool folded) {
   const char* env = std::getenv("KILN_GEMV");
   if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV=off";
   const Graph& g = ctx.graph;
@@ -222,7 +424,7 @@ const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
       static_cast<size_t>(a.m * a.k) * sizeof(float) > kMaxStagedBytes) {
     return "the activations exceed the staging space";
   }
-  if (!wide_rows(a, ctx) && a.k > kMaxNarrowK) {
+  if (!wide_rows(a, staged, ctx) && a.k > kMaxNarrowK) {
     return "weight rows not whole aligned 16-byte vectors, at a K the element-wise loop is slow for";
   }
   // A large 16-bit weight at one row streams faster through cuBLASLt where it fuses the whole
@@ -233,19 +435,172 @@ const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
   Epilogue rest = Epilogue::kNone;
   lt_epilogue(lt_bias, a.epilogue, rest);
   const bool lt_fuses_all = (a.bias == kNoTensor || lt_bias) && rest == Epilogue::kNone;
-  if (dtype != DType::kFloat32 && a.m == 1 && lt_fuses_all &&
+  if (!folded && dtype != DType::kFloat32 && a.m == 1 && lt_fuses_all &&
       a.n * a.k * int64_t(element_size(dtype)) >= kLtWeightBytes) {
     return "a 16-bit weight of 48 MiB or more at one row, which cuBLASLt streams faster";
   }
   return nullptr;
 }
 
-StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
-  const Graph& g = ctx.graph;
-  const DType bias_dtype = a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype;
-  return std::unique_ptr<Step>(
-      new GemvStep(a, g.tensors[a.a].dtype, bias_dtype, wide_rows(a, ctx),
-                   g.tensors[a.b].storage == blob::Storage::kWeight));
+// The bytes an arena tensor occupies; empty for the other storages (bound or constant memory,
+// which no arena tensor shares).
+struct ArenaRange {
+  uint64_t begin = 0, end = 0;
+  bool overlaps(const ArenaRange& o) const { return begin < o.end && o.begin < end; }
+};
+
+ArenaRange arena_range(const Graph& g, int64_t t) {
+  const Tensor& x = g.tensors[size_t(t)];
+  if (x.storage != blob::Storage::kArena || x.nbytes == 0) return {};
+  return {x.offset, x.offset + x.nbytes};
 }
+
+// Whether an op after `from` reads the bytes of `range` before an op overwrites all of them, or a
+// delegate output is a view of them (the arena reuses bytes once their tensor is dead, so a later
+// read of a new tensor there is no read of the old one).
+bool read_later(const Graph& g, const ArenaRange& range, size_t from) {
+  for (int64_t out : g.outputs) {
+    if (arena_range(g, out).overlaps(range)) return true;
+  }
+  for (size_t k = from + 1; k < g.ops.size(); ++k) {
+    bool read = false, overwritten = false, partly = false;
+    for_each_tensor(g.ops[k], [&](int64_t t, blob::Role role) {
+      const ArenaRange r = arena_range(g, t);
+      if (!r.overlaps(range)) return;
+      if (is_read(role)) {
+        read = true;
+      } else if (r.begin <= range.begin && r.end >= range.end) {
+        overwritten = true;
+      } else {
+        partly = true;
+      }
+    });
+    if (read || partly) return true;   // a partial overwrite: the rest may still be read
+    if (overwritten) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* gemv_unsupported(const MatmulArgs& a, const InitContext& ctx) {
+  return unsupported(a, a.a, ctx, false);
+}
+
+StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx) {
+  return std::unique_ptr<Step>(new GemvStep(a, ctx.graph, wide_rows(a, a.a, ctx), Folded{}));
+}
+
+namespace {
+
+// Whether a tensor's strides read it in order, element i at offset i (size-1 dimensions aside).
+bool dense(const Tensor& t, const int64_t* strides) {
+  int64_t expect = 1;
+  for (uint32_t d = t.rank; d-- > 0;) {
+    if (t.sizes[d] != 1 && strides[d] != expect) return false;
+    expect *= t.sizes[d];
+  }
+  return true;
+}
+
+// What op `op` is as a GEMV prologue, with `staged` the tensor the GEMV reads in its place;
+// nullptr, or why not.
+const char* folded_form(const Graph& g, size_t op, Folded* f, int64_t* out, int64_t* staged) {
+  const Op& o = g.ops[op];
+  if (o.opcode == blob::Opcode::kLayerNorm) {
+    const char* env = std::getenv("KILN_GEMV_NORM");
+    if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV_NORM=off";
+    f->kind = Prologue::kNorm;
+    f->norm = std::get<LayerNormArgs>(o.args);
+    *out = f->norm.out;
+    *staged = f->norm.x;
+    return nullptr;
+  }
+  if (o.opcode != blob::Opcode::kFusedElementwise) return "not a layer norm or a gated activation";
+  const char* env = std::getenv("KILN_GEMV_GLU");
+  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV_GLU=off";
+  const auto& fe = std::get<FusedElementwiseArgs>(o.args);
+  const DType dtype = g.tensors[size_t(fe.out)].dtype;
+  int32_t act_input = 0;
+  if (!is_floating(dtype) || !glu_program(fe, dtype, &act_input, &f->glu_act)) {
+    return "not a gated activation";
+  }
+  for (uint32_t k = 0; k < 2; ++k) {
+    const Tensor& in = g.tensors[size_t(fe.inputs[k])];
+    if (in.dtype != dtype || in.numel != g.tensors[size_t(fe.out)].numel ||
+        !dense(g.tensors[size_t(fe.out)], fe.strides[k])) {
+      return "the gated activation's inputs are not read in order";
+    }
+  }
+  f->kind = Prologue::kGlu;
+  f->glu_a = fe.inputs[act_input];
+  f->glu_b = fe.inputs[1 - act_input];
+  *out = fe.out;
+  *staged = f->glu_a;
+  return nullptr;
+}
+
+}  // namespace
+
+const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
+  const Graph& g = ctx.graph;
+  if (op + 1 != ctx.op_index || g.ops[ctx.op_index].opcode != blob::Opcode::kMatmul) {
+    return "the next op is not a matmul";
+  }
+  Folded f;
+  int64_t out = kNoTensor, staged = kNoTensor;
+  if (const char* why = folded_form(g, op, &f, &out, &staged)) return why;
+  const auto& mm = std::get<MatmulArgs>(g.ops[ctx.op_index].args);
+  const Tensor& made = g.tensors[size_t(out)];
+  const Tensor& a = g.tensors[size_t(mm.a)];
+  const ArenaRange range = arena_range(g, out);
+  // The matmul's `a` is the op's output (or a view of all of it: a reshape).
+  if (range.begin == range.end || a.storage != blob::Storage::kArena || a.offset != made.offset ||
+      a.nbytes != made.nbytes || a.dtype != made.dtype) {
+    return "the matmul's a is not the op's output";
+  }
+  if (mm.batch != 1 || mm.trans_a || made.numel != mm.m * mm.k ||
+      (f.kind == Prologue::kNorm && (mm.m != f.norm.rows || mm.k != f.norm.cols))) {
+    return "the matmul's rows are not the op's rows";
+  }
+  bool other_operand = false;
+  for_each_tensor(g.ops[ctx.op_index], [&](int64_t t, blob::Role) {
+    if (t != mm.a && arena_range(g, t).overlaps(range)) other_operand = true;
+  });
+  if (other_operand) return "the matmul reads the op's output as another operand";
+  // The GEMV writes its output while other blocks still stage the op's inputs.
+  bool shared = false;
+  for_each_tensor(g.ops[op], [&](int64_t t, blob::Role role) {
+    if (is_read(role) && arena_range(g, mm.out).overlaps(arena_range(g, t))) shared = true;
+  });
+  if (shared) return "the matmul's output shares an input's memory";
+  if (read_later(g, range, ctx.op_index)) return "the op's output is read by another op";
+  if (f.kind == Prologue::kGlu && wide_rows(mm, staged, ctx) && ctx.alignment[f.glu_b] < 16) {
+    return "the gate's second input is not 16-byte aligned";
+  }
+  if (f.kind == Prologue::kNorm) {
+    // The norm's rows, weight and bias are read as 16-byte vectors of the activation dtype.
+    if (!wide_rows(mm, staged, ctx)) return "the norm's rows are not whole 16-byte vectors";
+    for (int64_t t : {f.norm.weight, f.norm.bias}) {
+      if (t != kNoTensor && (g.tensors[size_t(t)].dtype != a.dtype || ctx.alignment[t] < 16)) {
+        return "the norm's weight or bias is not 16-byte aligned in the activation dtype";
+      }
+    }
+    if (static_cast<size_t>((mm.m + affine_rows(f)) * mm.k) * sizeof(float) > kMaxStagedBytes) {
+      return "the rows with the norm's weight and bias exceed the staging space";
+    }
+  }
+  return unsupported(mm, staged, ctx, true);
+}
+
+StepResult make_folded_gemv_step(size_t op, const InitContext& ctx) {
+  Folded f;
+  int64_t out = kNoTensor, staged = kNoTensor;
+  folded_form(ctx.graph, op, &f, &out, &staged);
+  const auto& mm = std::get<MatmulArgs>(ctx.graph.ops[ctx.op_index].args);
+  return std::unique_ptr<Step>(new GemvStep(mm, ctx.graph, wide_rows(mm, staged, ctx), f));
+}
+
+std::unique_ptr<Step> make_folded_step() { return std::make_unique<FoldedStep>(); }
 
 }  // namespace kiln::engine::kernels

@@ -253,6 +253,145 @@ TEST_F(EngineGpu, MatmulFewRowsRunAsGemv) {
   }
 }
 
+// A layer norm whose only reader is the few-row matmul after it runs inside that GEMV
+// (gemv.cuh's folded_gemv_unsupported): RMSNorm and LayerNorm, with and without affine weights,
+// rows of whole 16-byte vectors, M = 1 and 3, each dtype. The reference rounds the
+// normalised rows to the dtype, as the norm's output tensor holds them. Where the norm's output is
+// also a delegate output, or KILN_GEMV_NORM=off, the two ops run apart with the same results.
+TEST_F(EngineGpu, LayerNormFoldsIntoTheGemvAfterIt) {
+  int i = 0;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    for (bool rms : {true, false}) {
+      for (int64_t m : {1, 3}) {
+        for (int mode = 0; mode < 3; ++mode) {   // 0 folded, 1 norm output kept, 2 env off
+          const int64_t n = 67, k = i % 3 == 2 ? 24 : i % 3 == 1 ? 40 : 2048;
+          OneOp c;
+          const HostTensor x = random(dtype, {m, k}, -2.0, 2.0);
+          const HostTensor w = random(dtype, {n, k}, -1.0, 1.0);
+          const HostTensor gamma = random(dtype, {k}, 0.5, 1.5);
+          const HostTensor beta = random(dtype, {k}, -0.5, 0.5);
+          const bool affine = i % 2 == 0;
+          const std::vector<uint8_t> wb = w.bytes(), gb = gamma.bytes(), bb = beta.bytes();
+          const int64_t xi = c.add_input(x);
+          const int64_t gi = affine ? c.b.weight(dtype, {k}, gb.data()) : -1;
+          const int64_t bi = affine && !rms ? c.b.weight(dtype, {k}, bb.data()) : -1;
+          const int64_t normed = mode == 1 ? c.b.output(dtype, {m, k}) : c.b.arena(dtype, {m, k});
+          c.b.layer_norm(xi, gi, bi, normed, m, k, 1e-5, rms);
+          BlobBuilder::Matmul mm;
+          mm.a = normed;
+          mm.b = c.b.weight(dtype, {n, k}, wb.data());
+          mm.out = c.b.output(dtype, {m, n});
+          mm.m = m, mm.n = n, mm.k = k, mm.trans_b = true;
+          c.b.matmul(mm);
+          if (mode == 2) setenv("KILN_GEMV_NORM", "off", 1);
+          {
+            const std::vector<uint8_t> blob = c.b.build();
+            auto engine = Engine::create(blob.data(), blob.size());
+            ASSERT_TRUE(engine.ok()) << g_log;
+            EXPECT_EQ((*engine)->folded_ops(), mode == 0 ? 1u : 0u);
+          }
+          const auto runs = run_three_ways(c.b, c.inputs);
+          unsetenv("KILN_GEMV_NORM");
+          std::vector<double> y(size_t(m * k)), want(size_t(m * n));
+          for (int64_t r = 0; r < m; ++r) {
+            double mean = 0, var = 0;
+            for (int64_t j = 0; j < k && !rms; ++j) mean += x.v[r * k + j] / double(k);
+            for (int64_t j = 0; j < k; ++j) {
+              var += (x.v[r * k + j] - mean) * (x.v[r * k + j] - mean) / double(k);
+            }
+            for (int64_t j = 0; j < k; ++j) {
+              double v = (x.v[r * k + j] - mean) / std::sqrt(var + 1e-5);
+              if (affine) v = v * gamma.v[j] + (rms ? 0.0 : beta.v[j]);
+              y[r * k + j] = round_to(dtype, v);
+            }
+            for (int64_t col = 0; col < n; ++col) {
+              double acc = 0;
+              for (int64_t j = 0; j < k; ++j) acc += y[r * k + j] * w.v[col * k + j];
+              want[r * n + col] = acc;
+            }
+          }
+          const std::string name = std::string(dtype_name(dtype)) + (rms ? " rms" : " layer") +
+                                   " norm -> gemv M=" + std::to_string(m) +
+                                   " K=" + std::to_string(k) + (affine ? " affine" : "") +
+                                   " mode " + std::to_string(mode);
+          const double scale = std::sqrt(double(k)) * 4;
+          expect_output(runs, mode == 1 ? 1 : 0, want, tol_for(dtype, scale), name);
+          if (mode == 1) expect_output(runs, 0, y, tol_for(dtype, 4), name + " (norm output)");
+          ++i;
+        }
+      }
+    }
+  }
+}
+
+// The gated activation of a SwiGLU / GeGLU block, act(g) * u as one kFusedElementwise, runs
+// inside the GEMV of the down projection after it (with its residual): silu with the gate as the
+// first input, gelu_tanh with it as the second, the vector and the element-wise staging, M = 1
+// and 2. KILN_GEMV_GLU=off runs the two ops apart, with the same results.
+TEST_F(EngineGpu, GatedActivationFoldsIntoTheGemvAfterIt) {
+  using Instr = BlobBuilder::Instr;
+  using Form = blob::FusedForm;
+  int i = 0;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
+    for (bool swapped : {false, true}) {
+      for (int64_t m : {1, 2}) {
+        for (bool off : {false, true}) {
+          const int64_t n = 45, k = i % 3 == 2 ? 12 : i % 3 == 1 ? 40 : 8192 / m;
+          OneOp c;
+          const HostTensor g = random(dtype, {m, k}, -6.0, 6.0);
+          const HostTensor u = random(dtype, {m, k}, -2.0, 2.0);
+          const HostTensor w = random(dtype, {n, k}, -1.0, 1.0);
+          const HostTensor res = random(dtype, {m, n}, -1.0, 1.0);
+          const std::vector<uint8_t> wb = w.bytes();
+          const int64_t first = c.add_input(swapped ? u : g), second = c.add_input(swapped ? g : u);
+          const UnaryKind act = swapped ? UnaryKind::kGeluTanh : UnaryKind::kSilu;
+          const int64_t act_src = swapped ? 1 : 0, mul_a = swapped ? 0 : 2, mul_b = swapped ? 2 : 1;
+          const int64_t gated = c.b.arena(dtype, {m, k});
+          c.b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
+                    {Instr{Form::kUnary, static_cast<int64_t>(act), act_src, -1, -1, 0.0, 0.0, dtype},
+                     Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kMul), mul_a, mul_b, -1,
+                           1.0, 0.0, dtype}});
+          BlobBuilder::Matmul mm;
+          mm.a = gated;
+          mm.b = c.b.weight(dtype, {n, k}, wb.data());
+          mm.residual = c.add_input(res);
+          mm.out = c.b.output(dtype, {m, n});
+          mm.m = m, mm.n = n, mm.k = k, mm.trans_b = true;
+          c.b.matmul(mm);
+          if (off) setenv("KILN_GEMV_GLU", "off", 1);
+          {
+            const std::vector<uint8_t> blob = c.b.build();
+            auto engine = Engine::create(blob.data(), blob.size());
+            ASSERT_TRUE(engine.ok()) << g_log;
+            EXPECT_EQ((*engine)->folded_ops(), off ? 0u : 1u);
+          }
+          const auto runs = run_three_ways(c.b, c.inputs);
+          unsetenv("KILN_GEMV_GLU");
+          std::vector<double> want(size_t(m * n));
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t col = 0; col < n; ++col) {
+              double acc = res.v[r * n + col];
+              for (int64_t j = 0; j < k; ++j) {
+                const double x = g.v[r * k + j];
+                const double a =
+                    swapped ? 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                            : x / (1.0 + std::exp(-x));
+                acc += round_to(dtype, round_to(dtype, a) * u.v[r * k + j]) * w.v[col * k + j];
+              }
+              want[r * n + col] = acc;
+            }
+          }
+          expect_output(runs, 0, want, tol_for(dtype, std::sqrt(double(k)) * 8),
+                        std::string(dtype_name(dtype)) + (swapped ? " gelu_tanh" : " silu") +
+                            " gate -> gemv M=" + std::to_string(m) + " K=" + std::to_string(k) +
+                            (off ? " (KILN_GEMV_GLU=off)" : ""));
+          ++i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(EngineGpu, MatmulWithEmptyInnerDimensionIsBiasOnly) {
   MatmulCase mc;
   mc.m = 3, mc.n = 5, mc.k = 0, mc.bias = MatmulCase::Bias::kColumn, mc.beta = 1.0;

@@ -1,0 +1,116 @@
+// Which ops the engine folds into the GEMV after them (kernels/gemv.cuh), decided on the host
+// from the graph alone: a layer norm or gated activation whose only reader is the next op's
+// few-row matmul is folded; one whose output something else reads, or a delegate output, or a
+// matmul the GEMV does not take, is not. No GPU: the plan is made before any kernel runs.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "format/blob_reader.h"
+#include "runtime/engine/kernels/gemv.cuh"
+#include "tests/format/blob_builder.h"
+
+namespace kiln::engine {
+namespace {
+
+using blob::DType;
+using testing::BlobBuilder;
+
+// Why op `op` cannot fold into op op + 1's GEMV ("" when it can), every tensor 256-byte aligned.
+std::string why_not(BlobBuilder& b, size_t op) {
+  const std::vector<uint8_t> bytes = b.build();
+  std::string why;
+  auto graph = read_blob(bytes.data(), bytes.size(), &why);
+  EXPECT_TRUE(graph.ok()) << why;
+  if (!graph.ok()) return "unreadable";
+  const std::vector<uint32_t> alignment(graph->tensors.size(), 256);
+  AlgoCache algos;
+  const InitContext ctx{*graph, op + 1, nullptr, nullptr, alignment, false, algos, nullptr};
+  const char* reason = kernels::folded_gemv_unsupported(op, ctx);
+  return reason == nullptr ? "" : reason;
+}
+
+// a [m, k] -> a matmul against a [16, k] bf16 weight, the graph's output.
+void add_projection(BlobBuilder& b, int64_t a, int64_t m, int64_t k) {
+  const int64_t n = 16;
+  const std::vector<uint16_t> w(size_t(n * k), 0x3c00);
+  BlobBuilder::Matmul mm;
+  mm.a = a;
+  mm.b = b.weight(DType::kBFloat16, {n, k}, w.data());
+  mm.out = b.output(DType::kBFloat16, {m, n});
+  mm.m = m, mm.n = n, mm.k = k, mm.trans_b = true;
+  b.matmul(mm);
+}
+
+// x -> norm -> matmul against an [n, k] weight; `keep` also makes the norm's output an output.
+struct NormThenMatmul {
+  BlobBuilder b;
+  int64_t normed;
+  NormThenMatmul(int64_t m, int64_t k, bool keep, bool rms = true) {
+    const std::vector<uint16_t> g(size_t(k), 0x3c00);
+    const int64_t x = b.input(DType::kBFloat16, {m, k});
+    const int64_t gamma = b.weight(DType::kBFloat16, {k}, g.data());
+    normed = keep ? b.output(DType::kBFloat16, {m, k}) : b.arena(DType::kBFloat16, {m, k});
+    b.layer_norm(x, gamma, -1, normed, m, k, 1e-5, rms);
+    add_projection(b, normed, m, k);
+  }
+};
+
+TEST(FoldPlan, NormBeforeAFewRowMatmulFolds) {
+  NormThenMatmul one(1, 2048, false);
+  EXPECT_EQ(why_not(one.b, 0), "");
+  NormThenMatmul layer(3, 64, false, false);
+  EXPECT_EQ(why_not(layer.b, 0), "");
+}
+
+TEST(FoldPlan, NormWhoseOutputIsKeptOrTooManyRowsStaysApart) {
+  NormThenMatmul kept(1, 2048, true);
+  EXPECT_NE(why_not(kept.b, 0), "");
+  NormThenMatmul rows(32, 64, false);   // 32 rows: cuBLASLt's matmul, not the GEMV
+  EXPECT_NE(why_not(rows.b, 0), "");
+  NormThenMatmul narrow(1, 20, false);  // 40-byte rows: the GEMV's element-wise loop
+  EXPECT_EQ(why_not(narrow.b, 0), "the norm's rows are not whole 16-byte vectors");
+  NormThenMatmul off(1, 2048, false);
+  setenv("KILN_GEMV_NORM", "off", 1);
+  EXPECT_EQ(why_not(off.b, 0), "KILN_GEMV_NORM=off");
+  unsetenv("KILN_GEMV_NORM");
+}
+
+TEST(FoldPlan, NormReadByALaterOpStaysApart) {
+  NormThenMatmul c(1, 256, false);
+  const int64_t again = c.b.output(DType::kBFloat16, {1, 256});
+  c.b.unary(blob::UnaryKind::kRelu, c.normed, again);
+  EXPECT_EQ(why_not(c.b, 0), "the op's output is read by another op");
+}
+
+// act(g) * u over [m, k] inputs, then the down projection; `gate_first`: g is input 0.
+std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
+  using Instr = BlobBuilder::Instr;
+  BlobBuilder b;
+  const int64_t first = b.input(DType::kBFloat16, {m, k}), second = b.input(DType::kBFloat16, {m, k});
+  const int64_t gated = b.arena(DType::kBFloat16, {m, k});
+  const int64_t act_src = gate_first ? 0 : 1;
+  b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
+          {Instr{blob::FusedForm::kUnary, int64_t(blob::UnaryKind::kSilu), act_src, -1, -1, 0.0,
+                 0.0, DType::kBFloat16},
+           Instr{blob::FusedForm::kBinary, int64_t(blob::BinaryKind::kMul), 2, 1 - act_src, -1,
+                 1.0, 0.0, DType::kBFloat16}});
+  add_projection(b, gated, m, k);
+  return why_not(b, 0);
+}
+
+TEST(FoldPlan, GatedActivationBeforeTheDownProjectionFolds) {
+  EXPECT_EQ(glu_why_not(1, 8192, true), "");
+  EXPECT_EQ(glu_why_not(2, 64, false), "");
+  EXPECT_EQ(glu_why_not(1, 12, false), "");   // the element-wise loop stages it too
+  EXPECT_EQ(glu_why_not(2, 8192, true), "the activations exceed the staging space");
+  setenv("KILN_GEMV_GLU", "off", 1);
+  EXPECT_EQ(glu_why_not(1, 8192, true), "KILN_GEMV_GLU=off");
+  unsetenv("KILN_GEMV_GLU");
+}
+
+}  // namespace
+}  // namespace kiln::engine
