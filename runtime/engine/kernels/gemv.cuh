@@ -15,7 +15,7 @@ StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx);
 
 /// Why op `op` cannot be folded into the GEMV of op ctx.op_index, or nullptr when it may: that
 /// op is the next one, a kMatmul whose `a` is op's output and nothing else reads it, the GEMV
-/// could run the matmul, and op is a kLayerNorm (KILN_GEMV_NORM=off keeps it apart) or the gated
+/// could run the matmul, and op is a kLayerNorm (only with KILN_GEMV_NORM=on) or the gated
 /// activation act(a) * b of a SwiGLU / GeGLU block over inputs read in order (KILN_GEMV_GLU=off).
 /// Folded, the GEMV stages op's inputs and computes its output itself: a decoder step's RMSNorm
 /// and projection, or its gate and down projection, in one kernel.

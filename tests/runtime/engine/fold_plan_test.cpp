@@ -59,31 +59,35 @@ struct NormThenMatmul {
   }
 };
 
-TEST(FoldPlan, NormBeforeAFewRowMatmulFolds) {
+TEST(FoldPlan, NormBeforeAFewRowMatmulFoldsWhenAskedTo) {
+  NormThenMatmul off(1, 2048, false);
+  EXPECT_EQ(why_not(off.b, 0), "KILN_GEMV_NORM is not on");   // the default
+  setenv("KILN_GEMV_NORM", "on", 1);
   NormThenMatmul one(1, 2048, false);
   EXPECT_EQ(why_not(one.b, 0), "");
   NormThenMatmul layer(3, 64, false, false);
   EXPECT_EQ(why_not(layer.b, 0), "");
+  unsetenv("KILN_GEMV_NORM");
 }
 
 TEST(FoldPlan, NormWhoseOutputIsKeptOrTooManyRowsStaysApart) {
+  setenv("KILN_GEMV_NORM", "on", 1);
   NormThenMatmul kept(1, 2048, true);
   EXPECT_NE(why_not(kept.b, 0), "");
   NormThenMatmul rows(32, 64, false);   // 32 rows: cuBLASLt's matmul, not the GEMV
   EXPECT_NE(why_not(rows.b, 0), "");
   NormThenMatmul narrow(1, 20, false);  // 40-byte rows: the GEMV's element-wise loop
   EXPECT_EQ(why_not(narrow.b, 0), "the norm's rows are not whole 16-byte vectors");
-  NormThenMatmul off(1, 2048, false);
-  setenv("KILN_GEMV_NORM", "off", 1);
-  EXPECT_EQ(why_not(off.b, 0), "KILN_GEMV_NORM=off");
   unsetenv("KILN_GEMV_NORM");
 }
 
 TEST(FoldPlan, NormReadByALaterOpStaysApart) {
+  setenv("KILN_GEMV_NORM", "on", 1);
   NormThenMatmul c(1, 256, false);
   const int64_t again = c.b.output(DType::kBFloat16, {1, 256});
   c.b.unary(blob::UnaryKind::kRelu, c.normed, again);
   EXPECT_EQ(why_not(c.b, 0), "the op's output is read by another op");
+  unsetenv("KILN_GEMV_NORM");
 }
 
 // act(g) * u over [m, k] inputs, then the down projection; `gate_first`: g is input 0.
