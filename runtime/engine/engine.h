@@ -99,8 +99,9 @@ class Engine {
   };
   virtual AlgoChoices algo_choices() const = 0;
 
-  /// Ops whose work runs inside a later op's kernel, decided at init (a layer norm or a gated
-  /// activation folded into the GEMV that reads it: KILN_GEMV_NORM=on, KILN_GEMV_GLU). Their
+  /// Ops whose work runs inside another op's kernel, decided at init (a layer norm or a gated
+  /// activation folded into the GEMV that reads it: KILN_GEMV_NORM, KILN_GEMV_GLU; the ropes and
+  /// KV-cache writes after the first of a rope-and-append group: KILN_ROPE_APPEND). Their
   /// profile rows show no time of their own.
   virtual size_t folded_ops() const = 0;
 };

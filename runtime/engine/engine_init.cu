@@ -23,6 +23,7 @@
 #include "runtime/engine/kernels/conv2d.cuh"
 #include "runtime/engine/kernels/gemv.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/kernels/rope_append.cuh"
 #include "runtime/engine/profile.h"
 #include "runtime/engine/shared_state.h"
 #include "runtime/engine/step.h"
@@ -169,6 +170,16 @@ Error CudaEngine::init() {
     // GEMV (gemv.cuh): op i's step enqueues nothing and op i + 1's computes op i's output as it
     // stages its activations.
     const blob::Opcode opcode = graph_.ops[i].opcode;
+    // A decoder layer's ropes and KV-cache writes in a row run as one kernel (rope_append.cuh):
+    // the first op's step launches it, the others' enqueue nothing.
+    if (const size_t group = kernels::rope_append_length(ctx); group >= 2) {
+      KILN_ASSIGN_OR_RETURN(step, kernels::make_rope_append_step(group, ctx));
+      s->steps.push_back(std::move(step));
+      for (size_t k = 1; k < group; ++k) s->steps.push_back(kernels::make_folded_step());
+      folded_ops_ += group - 1;
+      i += group - 1;
+      continue;
+    }
     if (i + 1 < graph_.ops.size() && graph_.ops[i + 1].opcode == blob::Opcode::kMatmul &&
         (opcode == blob::Opcode::kLayerNorm || opcode == blob::Opcode::kFusedElementwise)) {
       const InitContext next{graph_, i + 1, s->lt.get(), s->cudnn.get(), alignment, autotune_,

@@ -64,4 +64,55 @@ inline bool is_read(blob::Role role) {
   return role == blob::Role::kInput || role == blob::Role::kOptionalInput;
 }
 
+/// The bytes an arena tensor occupies; empty for the other storages (bound or constant memory,
+/// which no arena tensor shares).
+struct ArenaRange {
+  uint64_t begin = 0, end = 0;
+  bool overlaps(const ArenaRange& o) const { return begin < o.end && o.begin < end; }
+};
+
+inline ArenaRange arena_range(const Graph& g, int64_t t) {
+  const Tensor& x = g.tensors[size_t(t)];
+  if (x.storage != blob::Storage::kArena || x.nbytes == 0) return {};
+  return {x.offset, x.offset + x.nbytes};
+}
+
+/// Whether an op after `from` reads the bytes of `range` before an op overwrites all of them, or a
+/// delegate output is a view of them (the arena reuses bytes once their tensor is dead, so a later
+/// read of a new tensor there is no read of the old one).
+inline bool read_later(const Graph& g, const ArenaRange& range, size_t from) {
+  for (int64_t out : g.outputs) {
+    if (arena_range(g, out).overlaps(range)) return true;
+  }
+  for (size_t k = from + 1; k < g.ops.size(); ++k) {
+    bool read = false, overwritten = false, partly = false;
+    for_each_tensor(g.ops[k], [&](int64_t t, blob::Role role) {
+      const ArenaRange r = arena_range(g, t);
+      if (!r.overlaps(range)) return;
+      if (is_read(role)) {
+        read = true;
+      } else if (r.begin <= range.begin && r.end >= range.end) {
+        overwritten = true;
+      } else {
+        partly = true;
+      }
+    });
+    if (read || partly) return true;   // a partial overwrite: the rest may still be read
+    if (overwritten) return false;
+  }
+  return false;
+}
+
+/// Whether tensors a and b may share memory: one tensor, views of one arena span, or views of one
+/// program state (state records at overlapping offsets). Bound inputs and outputs are told apart
+/// by id, weights are never written.
+inline bool share_memory(const Graph& g, int64_t a, int64_t b) {
+  if (a == b) return true;
+  const Tensor& x = g.tensors[size_t(a)];
+  const Tensor& y = g.tensors[size_t(b)];
+  if (x.storage != y.storage || x.nbytes == 0 || y.nbytes == 0) return false;
+  if (x.storage != blob::Storage::kArena && x.storage != blob::Storage::kState) return false;
+  return x.offset < y.offset + y.nbytes && y.offset < x.offset + x.nbytes;
+}
+
 }  // namespace kiln::engine

@@ -1,6 +1,7 @@
 #include "runtime/engine/kernels/index_put.cuh"
 
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/positions.cuh"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -8,37 +9,12 @@ namespace {
 using blob::DType;
 using executorch::runtime::Error;
 
-// Whether any of the positions this thread checks (i = threadIdx.x, + blockDim.x, ...) is outside
-// [0, dim_size); the first bad one any thread finds is recorded in the flag.
-template <typename Index>
-__device__ __forceinline__ bool flag_bad_positions(const Index* __restrict__ positions,
-                                                   int64_t num_positions, int64_t dim_size,
-                                                   DeviceErrorFlag* __restrict__ flag,
-                                                   unsigned long long op_plus_one) {
-  bool bad = false;
-  for (int64_t i = threadIdx.x; i < num_positions; i += blockDim.x) {
-    const int64_t p = static_cast<int64_t>(positions[i]);
-    if (p < 0 || p >= dim_size) {
-      bad = true;
-      if (atomicCAS(&flag->op_plus_one, 0ull, op_plus_one) == 0ull) {
-        flag->index = p;
-        flag->position = i;
-      }
-    }
-  }
-  return bad;
-}
-
 template <typename Index>
 __global__ void check_positions_kernel(const Index* __restrict__ positions, int64_t num_positions,
                                        int64_t dim_size, DeviceErrorFlag* __restrict__ flag,
                                        unsigned long long op_plus_one) {
   flag_bad_positions(positions, num_positions, dim_size, flag, op_plus_one);
 }
-
-// Up to this many positions every block checks them all itself before it writes (a decode's one
-// row, a prefill chunk's 128): one launch instead of a check kernel and the write after it.
-constexpr int64_t kSelfCheckedPositions = 4 * kBlock;
 
 // Rows are moved as `Word`s; `inner` is the row length in words. kSelfCheck: the block first
 // checks every position and writes nothing (setting the flag) when any is outside the state, so
@@ -56,9 +32,7 @@ __global__ void index_put_kernel(const Word* __restrict__ values, const Index* _
       return;
     }
   }
-  if (*static_cast<volatile unsigned long long*>(&flag->op_plus_one) != 0) {
-    return;  // a bad position (or an earlier op's range error): keep the state unchanged
-  }
+  if (run_failed(flag)) return;  // a bad position (or an earlier op's range error): keep the state
   const int64_t total = outer * num_positions * inner;
   for (int64_t e = thread_index(); e < total; e += thread_count()) {
     const int64_t j = e % inner;

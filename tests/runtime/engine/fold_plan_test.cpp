@@ -1,16 +1,21 @@
-// Which ops the engine folds into the GEMV after them (kernels/gemv.cuh), decided on the host
-// from the graph alone: a layer norm or gated activation whose only reader is the next op's
-// few-row matmul is folded; one whose output something else reads, or a delegate output, or a
-// matmul the GEMV does not take, is not. No GPU: the plan is made before any kernel runs.
+// Which ops the engine runs inside another op's kernel, decided on the host from the graph alone.
+// The GEMV folds (kernels/gemv.cuh): a layer norm or gated activation whose only reader is the
+// next op's few-row matmul is folded; one whose output something else reads, or a delegate
+// output, or a matmul the GEMV does not take, is not. The rope-and-append step
+// (kernels/rope_append.cuh): a decoder layer's ropes and KV-cache writes in a row run as one, a
+// rotated key going straight into the cache unless something else reads it. No GPU: the plan is
+// made before any kernel runs.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/blob_reader.h"
 #include "runtime/engine/kernels/gemv.cuh"
+#include "runtime/engine/kernels/rope_append.cuh"
 #include "tests/format/blob_builder.h"
 
 namespace kiln::engine {
@@ -114,6 +119,74 @@ TEST(FoldPlan, GatedActivationBeforeTheDownProjectionFolds) {
   setenv("KILN_GEMV_GLU", "off", 1);
   EXPECT_EQ(glu_why_not(1, 8192, true), "KILN_GEMV_GLU=off");
   unsetenv("KILN_GEMV_GLU");
+}
+
+// A decode step's rotary embedding and cache writes: qkv [1, S, (H + 2 * KV) * D] read as q and k
+// heads, both rotated, k's rows and v's written at S positions into caches [1, KV, 16, D]; q's
+// rotated rows are copied out. keep_k: k's rotated rows are an output too. one_cache: v goes into
+// k's cache.
+struct RopeAppendLayer {
+  static constexpr int64_t kHeads = 4, kKv = 2, kDim = 8, kLen = 16;
+  BlobBuilder b;
+  explicit RopeAppendLayer(int64_t s = 1, bool keep_k = false, bool one_cache = false) {
+    const DType bf16 = DType::kBFloat16;
+    const int64_t w = (kHeads + 2 * kKv) * kDim;
+    const int64_t qkv = b.input(bf16, {1, s, w});
+    const int64_t cs = b.input(bf16, {s, kDim}), sn = b.input(bf16, {s, kDim});
+    const int64_t pos = b.input(DType::kInt64, {s});
+    const int64_t v = b.input(bf16, {1, kKv, s, kDim});
+    const std::vector<uint16_t> zeros(size_t(kKv * kLen * kDim), 0);
+    const int64_t kc = b.state(bf16, {1, kKv, kLen, kDim}, zeros.data());
+    const int64_t vc = one_cache ? kc : b.state(bf16, {1, kKv, kLen, kDim}, zeros.data());
+    const int64_t q_rot = b.arena(bf16, {1, kHeads, s, kDim});
+    const int64_t k_rot = keep_k ? b.output(bf16, {1, kKv, s, kDim}) : b.arena(bf16, {1, kKv, s, kDim});
+    const Sizes xs = {s * w, kDim, w, 1}, ts = {0, 0, kDim, 1};
+    b.rope(qkv, cs, sn, q_rot, {1, kHeads, s, kDim}, 0, xs, 0, ts, 0, ts);
+    b.rope(qkv, cs, sn, k_rot, {1, kKv, s, kDim}, kHeads * kDim, xs, 0, ts, 0, ts);
+    b.index_put(k_rot, pos, kc, kKv, kLen, kDim, s);
+    b.index_put(v, pos, vc, kKv, kLen, kDim, s);
+    const int64_t q_out = b.output(bf16, {kHeads * s * kDim});
+    b.copy(q_rot, q_out, {kHeads * s * kDim}, 0, {1}, 0, {1});
+  }
+  using Sizes = std::vector<int64_t>;
+
+  // rope_append_length at op 0, and why all four ops cannot run as one ("" when they can).
+  std::pair<size_t, std::string> plan() {
+    const std::vector<uint8_t> bytes = b.build();
+    std::string why;
+    auto graph = read_blob(bytes.data(), bytes.size(), &why);
+    EXPECT_TRUE(graph.ok()) << why;
+    if (!graph.ok()) return {0, "unreadable"};
+    const std::vector<uint32_t> alignment(graph->tensors.size(), 256);
+    AlgoCache algos;
+    const InitContext ctx{*graph, 0, nullptr, nullptr, alignment, false, algos, nullptr};
+    const char* reason = kernels::rope_append_unsupported(4, ctx);
+    return {kernels::rope_append_length(ctx), reason == nullptr ? "" : reason};
+  }
+};
+
+TEST(RopeAppendPlan, DecoderLayerRopesAndCacheWritesRunAsOneStep) {
+  EXPECT_EQ(RopeAppendLayer(1).plan(), std::make_pair(size_t(4), std::string()));
+  EXPECT_EQ(RopeAppendLayer(128).plan(), std::make_pair(size_t(4), std::string()));  // a prefill
+}
+
+TEST(RopeAppendPlan, KeyReadElsewhereIsNotRoutedSoItsWriteStaysApart) {
+  // k's rotated rows are an output: the rope writes them and the cache write reads them.
+  EXPECT_EQ(RopeAppendLayer(1, true).plan(),
+            std::make_pair(size_t(2), std::string("an op reads or writes what another op of the group writes")));
+}
+
+TEST(RopeAppendPlan, TwoWritesIntoOneStateStayApart) {
+  EXPECT_EQ(RopeAppendLayer(1, false, true).plan(),
+            std::make_pair(size_t(3), std::string("an op reads or writes what another op of the group writes")));
+}
+
+TEST(RopeAppendPlan, ManyPositionsOrTurnedOff) {
+  EXPECT_EQ(RopeAppendLayer(1025).plan(),
+            std::make_pair(size_t(2), std::string("an index_put of over 1024 positions")));
+  setenv("KILN_ROPE_APPEND", "off", 1);
+  EXPECT_EQ(RopeAppendLayer(1).plan(), std::make_pair(size_t(0), std::string("KILN_ROPE_APPEND=off")));
+  unsetenv("KILN_ROPE_APPEND");
 }
 
 }  // namespace
