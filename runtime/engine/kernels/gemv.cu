@@ -49,7 +49,9 @@ struct GemvParams {
 };
 
 // What the GEMV computes from its activations as it stages them: the op before it, folded in.
-enum class Prologue { kNone, kNorm, kGlu };
+// kRms is an RMSNorm without bias: its scale 1 / rms(x) is a per-row factor of the dot product,
+// so the kernel stages x * weight and applies the factor to the sums, with no pass of its own.
+enum class Prologue { kNone, kNorm, kRms, kGlu };
 
 constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
 
@@ -88,6 +90,28 @@ __device__ __forceinline__ float stage_vector(float* to, uint4 v) {
     sum += (f.x + f.y) + (f.z + f.w);
   }
   return sum;
+}
+
+// Stores x * g (16-byte vectors of T; g null: 1) at `to` as fp32, unrounded; returns the sum of
+// x's squares.
+template <typename T>
+__device__ __forceinline__ float stage_scaled_vector(float* to, uint4 x, const uint4* g) {
+  constexpr int kN = 16 / static_cast<int>(sizeof(T));
+  const T* e = reinterpret_cast<const T*>(&x);
+  const T* w = reinterpret_cast<const T*>(g);
+  float squares = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q) {
+    float f[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      f[j] = to_float(e[4 * q + j]);
+      squares += f[j] * f[j];
+      if (g != nullptr) f[j] *= to_float(w[4 * q + j]);
+    }
+    reinterpret_cast<float4*>(to)[q] = make_float4(f[0], f[1], f[2], f[3]);
+  }
+  return squares;
 }
 
 // The sum over the block of each row's per-thread parts, in every thread (`red`: kWarps * kM
@@ -174,12 +198,15 @@ __device__ __forceinline__ void normalize_staged(float* staged, const float* aff
 // kPro, the folded op before it: kNorm, the activations are a kLayerNorm's input, and every
 // block normalises the rows it staged (as layer_norm.cu does: the mean, then the variance around
 // it; RMSNorm's mean is 0), rounding each value to T as the norm's output tensor would have;
+// kRms, they are a bias-free RMSNorm's input: staged times the norm's weight, and each row's
+// sums scaled by rsqrt(mean(x^2) + eps) at the end (the normalised row is not rounded to T);
 // kGlu, they are the gate of a SwiGLU / GeGLU (act(a) * glu_b, as glu_kernel rounds it). A
 // decoder's norm and its projection, or its gate and the down projection, are one kernel, and
 // the staged row never goes through memory.
 template <typename T, int kM, bool kWide, Prologue kPro = Prologue::kNone>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
-  static_assert(kPro != Prologue::kNorm || kWide, "a folded norm reads whole 16-byte vectors");
+  static_assert((kPro != Prologue::kNorm && kPro != Prologue::kRms) || kWide,
+                "a folded norm reads whole 16-byte vectors");
   constexpr int kVector = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte load
   extern __shared__ float staged[];   // [kM][K]
   const int lane = threadIdx.x & 31;
@@ -211,6 +238,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 #pragma unroll 4
     for (int i = threadIdx.x; i < kM * vectors; i += blockDim.x) {
       uint4 packed = __ldg(a4 + i);
+      if constexpr (kPro == Prologue::kRms) {
+        const int row = i / vectors;
+        uint4 g;
+        if (p.norm_weight != nullptr) g = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + (i - row * vectors));
+        const float squares = stage_scaled_vector<T>(staged + i * kVector, packed,
+                                                     p.norm_weight != nullptr ? &g : nullptr);
+#pragma unroll
+        for (int m = 0; m < kM; ++m) row_sum[m] += m == row ? squares : 0.0f;
+        continue;
+      }
       if constexpr (kPro == Prologue::kGlu) {
         packed = gated_vector<T>(packed, __ldg(reinterpret_cast<const uint4*>(p.glu_b) + i),
                                  p.glu_act);
@@ -242,6 +279,15 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   }
   __syncthreads();
   if constexpr (kPro == Prologue::kNorm) normalize_staged<T, kM>(staged, affine, row_sum, p);
+  float row_scale[kM];   // kRms: 1 / rms of each row
+#pragma unroll
+  for (int m = 0; m < kM; ++m) row_scale[m] = p.alpha;
+  if constexpr (kPro == Prologue::kRms) {
+    __shared__ float red[kWarps * kM];
+    block_row_sums<kM>(row_sum, red);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) row_scale[m] *= rsqrtf(row_sum[m] / static_cast<float>(p.k) + p.eps);
+  }
   for (int col = first; col < p.n; col += gridDim.x * kWarps) {
     const T* weight_row = b + static_cast<size_t>(col) * p.k;
     float acc[kM] = {};
@@ -292,7 +338,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
         const int64_t i = static_cast<int64_t>(m) * p.n + col;
-        float v = p.alpha * acc[m];
+        float v = row_scale[m] * acc[m];
         if (residual != nullptr) v += to_float(residual[i]);
         if (p.bias != nullptr) {
           v += p.beta * static_cast<float>(load_f64(
@@ -325,14 +371,14 @@ class GemvStep final : public Step {
       : a_(a), dtype_(g.tensors[a.a].dtype),
         bias_dtype_(a.bias == kNoTensor ? g.tensors[a.out].dtype : g.tensors[a.bias].dtype),
         wide_(wide), b_constant_(g.tensors[a.b].storage == blob::Storage::kWeight), f_(folded) {
-    if (f_.kind == Prologue::kNorm) {
+    if (f_.kind == Prologue::kNorm || f_.kind == Prologue::kRms) {
       ln_weight_dtype_ = f_.norm.weight == kNoTensor ? dtype_ : g.tensors[f_.norm.weight].dtype;
       ln_bias_dtype_ = f_.norm.bias == kNoTensor ? dtype_ : g.tensors[f_.norm.bias].dtype;
     }
   }
 
   Error enqueue(const RunContext& ctx) override {
-    const bool norm = f_.kind == Prologue::kNorm;
+    const bool norm = f_.kind == Prologue::kNorm || f_.kind == Prologue::kRms;
     const int64_t staged_from = norm ? f_.norm.x : f_.kind == Prologue::kGlu ? f_.glu_a : a_.a;
     GemvParams p{ctx.ptr(staged_from), ctx.ptr(a_.b), ctx.ptr(a_.out),
                  a_.residual == kNoTensor ? nullptr : ctx.ptr(a_.residual),
@@ -359,6 +405,9 @@ class GemvStep final : public Step {
           break;
         case Prologue::kNorm:   // only over whole 16-byte rows (folded_gemv_unsupported)
           go(gemv_kernel<T, kM, true, Prologue::kNorm>);
+          break;
+        case Prologue::kRms:
+          go(gemv_kernel<T, kM, true, Prologue::kRms>);
           break;
         case Prologue::kGlu:
           wide_ ? go(gemv_kernel<T, kM, true, Prologue::kGlu>)
@@ -473,8 +522,8 @@ const char* folded_form(const Graph& g, size_t op, Folded* f, int64_t* out, int6
     // (llama1b_2l decode 0.350 ms folded, 0.309 apart), so norms stay apart by default.
     const char* env = std::getenv("KILN_GEMV_NORM");
     if (env == nullptr || std::strcmp(env, "on") != 0) return "KILN_GEMV_NORM is not on";
-    f->kind = Prologue::kNorm;
     f->norm = std::get<LayerNormArgs>(o.args);
+    f->kind = f->norm.rms && f->norm.bias == kNoTensor ? Prologue::kRms : Prologue::kNorm;
     *out = f->norm.out;
     *staged = f->norm.x;
     return nullptr;
@@ -523,7 +572,7 @@ const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
     return "the matmul's a is not the op's output";
   }
   if (mm.batch != 1 || mm.trans_a || made.numel != mm.m * mm.k ||
-      (f.kind == Prologue::kNorm && (mm.m != f.norm.rows || mm.k != f.norm.cols))) {
+      (f.kind != Prologue::kGlu && (mm.m != f.norm.rows || mm.k != f.norm.cols))) {
     return "the matmul's rows are not the op's rows";
   }
   bool other_operand = false;
@@ -541,7 +590,7 @@ const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
   if (f.kind == Prologue::kGlu && wide_rows(mm, staged, ctx) && ctx.alignment[f.glu_b] < 16) {
     return "the gate's second input is not 16-byte aligned";
   }
-  if (f.kind == Prologue::kNorm) {
+  if (f.kind == Prologue::kNorm || f.kind == Prologue::kRms) {
     // The norm's rows, weight and bias are read as 16-byte vectors of the activation dtype.
     if (!wide_rows(mm, staged, ctx)) return "the norm's rows are not whole 16-byte vectors";
     for (int64_t t : {f.norm.weight, f.norm.bias}) {
