@@ -11,11 +11,16 @@
 // a static cache reads only the rows written so far). The lanes of one key sum its score with
 // shuffles; an online softmax per lane slot rescales its accumulators. Slots, then warps, then
 // splits merge their (max, sum, accumulators): slots through shuffles, warps through shared
-// memory, splits through a partial-state buffer that the last split to finish reads
-// (counted in `arrivals`, which it resets for the next launch). The generic kernel
+// memory, splits either through distributed shared memory (the splits of a KV head are one
+// thread block cluster: each block keeps its state in its shared memory, and after a cluster
+// barrier each merges a slice of the output reading every block's state), or through a
+// partial-state buffer that the last split to finish reads (counted in `arrivals`, which it
+// resets for the next launch). The generic kernel
 // (attention.cu) staged K/V tiles in fp32 through shared memory with a barrier per tile: latency
 // bound, ~28 us a layer at the Llama-3.2-1B decode shape whatever the context.
 #include "runtime/engine/kernels/attention_decode.cuh"
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -36,6 +41,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;       // groups of keys whose loads a warp issues together
 constexpr int kMaxRows = 8;      // query rows per KV head (seq_q * heads_q / heads_kv)
 constexpr int kMaxSplits = 32;   // splits of the keys (the merge loads one state per split)
+constexpr int kMaxClusterSplits = 16;   // splits merged in a cluster (16: non-portable size)
 
 struct DecodeParams {
   const void* q;
@@ -59,7 +65,7 @@ struct DecodeParams {
 };
 
 
-template <typename T, int L, int R>
+template <typename T, int L, int R, bool kCluster>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
   constexpr int V = 16 / int(sizeof(T));   // elements per 16-byte load
   constexpr int D = L * V;                 // head_dim (== head_dim_v)
@@ -211,8 +217,12 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   __syncthreads();
 
   T* out = static_cast<T*>(p.out) + b * p.os[0];
-  float* states =
-      p.splits > 1 ? p.partial + int64_t(blockIdx.y) * p.splits * R * (D + 2) : nullptr;
+  // This block's state of each row: with clusters in shared memory (the accumulators in place of
+  // warp 0's, each element read and written by one thread), else in the partial-state buffer.
+  __shared__ float max_s[R], sum_s[R];
+  float* states = !kCluster && p.splits > 1
+                      ? p.partial + int64_t(blockIdx.y) * p.splits * R * (D + 2)
+                      : nullptr;
   for (int e = threadIdx.x; e < R * D; e += kThreads) {
     const int r = e / D, c = e % D;
     if (r >= p.rows) continue;
@@ -228,6 +238,12 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     }
     if (p.splits == 1) {   // every key masked out: 0, as torch's safe softmax
       out[head(r) * p.os[1] + query(r) * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+    } else if (kCluster) {
+      acc_s[0][r][c] = a;
+      if (c == 0) {
+        max_s[r] = mx;
+        sum_s[r] = sum;
+      }
     } else {
       float* st = states + (int64_t(blockIdx.x) * R + r) * (D + 2);
       if (c == 0) {
@@ -238,6 +254,38 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     }
   }
   if (p.splits == 1) return;
+
+  if constexpr (kCluster) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();   // every split's state is in its shared memory
+    // The cluster spans the grid's x, so block x of the cluster is split x; it merges elements
+    // x * kThreads + thread, + splits * kThreads, ... of the output.
+    for (int e = blockIdx.x * kThreads + threadIdx.x; e < p.rows * D; e += p.splits * kThreads) {
+      const int r = e / D, c = e % D;
+      float mz[kMaxClusterSplits], lz[kMaxClusterSplits], az[kMaxClusterSplits];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int z = 0; z < kMaxClusterSplits; ++z) {
+        if (z >= p.splits) break;
+        mz[z] = *cluster.map_shared_rank(&max_s[r], z);
+        lz[z] = *cluster.map_shared_rank(&sum_s[r], z);
+        az[z] = *cluster.map_shared_rank(&acc_s[0][r][c], z);
+        mx = fmaxf(mx, mz[z]);
+      }
+      float sum = 0.0f, a = 0.0f;
+#pragma unroll
+      for (int z = 0; z < kMaxClusterSplits; ++z) {
+        if (z >= p.splits) break;
+        const float w = mz[z] == -INFINITY ? 0.0f : expf(mz[z] - mx);
+        sum += lz[z] * w;
+        a += az[z] * w;
+      }
+      out[head(r) * p.os[1] + query(r) * p.os[2] + c] = from_float<T>(sum == 0.0f ? 0.0f : a / sum);
+    }
+    cluster.sync();   // no block leaves while another still reads its shared memory
+    return;
+  }
 
   __threadfence();   // this CTA's state is visible before it counts itself in
   __syncthreads();
@@ -275,29 +323,40 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   if (threadIdx.x == 0) *arrivals = 0u;   // ready for the next launch (graph replays too)
 }
 
-template <typename T, int L>
-auto kernel_for_rows(int rows) -> void (*)(DecodeParams) {
-  return rows <= 1 ? decode_attention_kernel<T, L, 1>
-         : rows <= 2 ? decode_attention_kernel<T, L, 2>
-         : rows <= 4 ? decode_attention_kernel<T, L, 4>
-                     : decode_attention_kernel<T, L, kMaxRows>;
+using DecodeKernel = void (*)(DecodeParams);
+
+template <typename T, int L, bool kCluster>
+DecodeKernel kernel_for_rows(int rows) {
+  return rows <= 1 ? decode_attention_kernel<T, L, 1, kCluster>
+         : rows <= 2 ? decode_attention_kernel<T, L, 2, kCluster>
+         : rows <= 4 ? decode_attention_kernel<T, L, 4, kCluster>
+                     : decode_attention_kernel<T, L, kMaxRows, kCluster>;
 }
 
-template <typename T>
-auto kernel_for(int64_t head_dim, int rows) -> void (*)(DecodeParams) {
+template <typename T, bool kCluster>
+DecodeKernel kernel_for(int64_t head_dim, int rows) {
   const int64_t lanes = head_dim * int64_t(sizeof(T)) / 16;
-  return lanes == 8 ? kernel_for_rows<T, 8>(rows)
-         : lanes == 16 ? kernel_for_rows<T, 16>(rows)
-                       : kernel_for_rows<T, 32>(rows);
+  return lanes == 8 ? kernel_for_rows<T, 8, kCluster>(rows)
+         : lanes == 16 ? kernel_for_rows<T, 16, kCluster>(rows)
+                       : kernel_for_rows<T, 32, kCluster>(rows);
+}
+
+DecodeKernel kernel_for(blob::DType dtype, int64_t head_dim, int rows, bool cluster) {
+  DecodeKernel k = nullptr;
+  visit_floating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    k = cluster ? kernel_for<T, true>(head_dim, rows) : kernel_for<T, false>(head_dim, rows);
+  });
+  return k;
 }
 
 int round_rows(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : kMaxRows; }
 
 class DecodeAttentionStep final : public Step {
  public:
-  DecodeAttentionStep(const AttentionArgs& a, const DecodeParams& p, blob::DType dtype,
-                      float* partial, unsigned* arrivals)
-      : a_(a), p_(p), dtype_(dtype), partial_(partial), arrivals_(arrivals) {}
+  DecodeAttentionStep(const AttentionArgs& a, const DecodeParams& p, DecodeKernel kernel,
+                      unsigned cluster, float* partial, unsigned* arrivals)
+      : a_(a), p_(p), kernel_(kernel), cluster_(cluster), partial_(partial), arrivals_(arrivals) {}
   ~DecodeAttentionStep() override {
     cudaFree(partial_);
     cudaFree(arrivals_);
@@ -312,17 +371,15 @@ class DecodeAttentionStep final : public Step {
     p.mask = a_.mask == kNoTensor ? nullptr : ctx.ptr(a_.mask);
     p.out = ctx.ptr(a_.out);
     const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(a_.batch * a_.heads_kv));
-    visit_floating(dtype_, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      launch_overlapped(kernel_for<T>(a_.head_dim, p.rows), grid, kThreads, 0, ctx.stream, p);
-    });
+    launch_overlapped_clusters(kernel_, grid, kThreads, 0, ctx.stream, cluster_, p);
     return Error::Ok;
   }
 
  private:
   AttentionArgs a_;
   DecodeParams p_;
-  blob::DType dtype_;
+  DecodeKernel kernel_;
+  unsigned cluster_;   // blocks per cluster (the splits), or 0: merged through `partial_`
   float* partial_;
   unsigned* arrivals_;
 };
@@ -393,16 +450,49 @@ StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext&
   const int64_t lanes = a.head_dim * size / 16;
   const int64_t step = kWarps * (32 / lanes) * kUnroll;
   const int64_t heads = std::max<int64_t>(1, a.batch * a.heads_kv);
-  int64_t splits = std::min<int64_t>({kMaxSplits, (2 * sms + heads - 1) / heads,
-                                      std::max<int64_t>(1, (a.seq_kv + step - 1) / step)});
-  splits = std::max<int64_t>(splits, 1);
-  p.chunk = ((a.seq_kv + splits - 1) / splits + step - 1) / step * step;
-  p.chunk = std::max<int64_t>(p.chunk, step);
-  p.splits = int(std::max<int64_t>(1, (a.seq_kv + p.chunk - 1) / p.chunk));
+  // A cluster of the splits merges them in distributed shared memory (sm_90 and later, up to 16
+  // blocks; KILN_ATTENTION_CLUSTER=off merges through global memory).
+  auto plan_splits = [&](int64_t most) {
+    int64_t splits = std::min<int64_t>({most, (2 * sms + heads - 1) / heads,
+                                        std::max<int64_t>(1, (a.seq_kv + step - 1) / step)});
+    splits = std::max<int64_t>(splits, 1);
+    p.chunk = ((a.seq_kv + splits - 1) / splits + step - 1) / step * step;
+    p.chunk = std::max<int64_t>(p.chunk, step);
+    p.splits = int(std::max<int64_t>(1, (a.seq_kv + p.chunk - 1) / p.chunk));
+  };
+  const char* cluster_env = std::getenv("KILN_ATTENTION_CLUSTER");
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  bool cluster = major >= 9 && !(cluster_env != nullptr && std::strcmp(cluster_env, "off") == 0);
+  plan_splits(cluster ? kMaxClusterSplits : kMaxSplits);
+  DecodeKernel kernel = kernel_for(dtype, a.head_dim, p.rows, cluster && p.splits > 1);
+  if (cluster && p.splits > 1) {
+    // How large a cluster of these blocks the device can run (16 needs the non-portable size).
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute dims{};
+    dims.id = cudaLaunchAttributeClusterDimension;
+    dims.val.clusterDim.x = unsigned(p.splits);
+    dims.val.clusterDim.y = dims.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(p.splits), unsigned(heads));
+    config.blockDim = dim3(kThreads);
+    config.attrs = &dims;
+    config.numAttrs = 1;
+    int most = 0;
+    if (cudaOccupancyMaxPotentialClusterSize(&most, kernel, &config) != cudaSuccess || most < 2) {
+      cudaGetLastError();   // not an error of the run: merge through global memory instead
+      cluster = false;
+      plan_splits(kMaxSplits);
+    } else if (most < p.splits) {
+      plan_splits(most);
+    }
+  }
+  cluster = cluster && p.splits > 1;
+  kernel = kernel_for(dtype, a.head_dim, p.rows, cluster);
 
   float* partial = nullptr;
   unsigned* arrivals = nullptr;
-  if (p.splits > 1) {
+  if (p.splits > 1 && !cluster) {
     const size_t bytes = size_t(heads) * size_t(p.splits) * size_t(round_rows(p.rows)) *
                          size_t(a.head_dim + 2) * sizeof(float);
     KILN_TRY(cuda_status(cudaMalloc(&partial, bytes), Error::MemoryAllocationFailed,
@@ -421,7 +511,8 @@ StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext&
   }
   p.partial = partial;
   p.arrivals = arrivals;
-  return std::unique_ptr<Step>(new DecodeAttentionStep(a, p, dtype, partial, arrivals));
+  return std::unique_ptr<Step>(new DecodeAttentionStep(
+      a, p, kernel, cluster ? unsigned(p.splits) : 0u, partial, arrivals));
 }
 
 }  // namespace kiln::engine::kernels

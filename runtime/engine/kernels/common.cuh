@@ -48,21 +48,34 @@ inline bool overlapped_launches_enabled() {
 }
 
 /// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel's tail
-/// (see above: `kernel` must start with wait_for_previous_kernel()).
+/// (see above: `kernel` must start with wait_for_previous_kernel()); cluster_x > 0 launches the
+/// blocks in thread block clusters of cluster_x along x.
 template <typename... Params, typename... Args>
-cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = overlapped_launches_enabled() ? 1 : 0;
+cudaError_t launch_overlapped_clusters(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                       size_t smem, cudaStream_t stream, unsigned cluster_x,
+                                       Args&&... args) {
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = overlapped_launches_enabled() ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = cluster_x;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster_x > 0 ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, Args&&... args) {
+  return launch_overlapped_clusters(kernel, grid, block, smem, stream, 0u,
+                                    std::forward<Args>(args)...);
 }
 
 /// Blocks for `n` work items of `per_block` each, capped at `max_blocks` (grid-stride beyond).

@@ -207,10 +207,14 @@ TEST_F(EngineGpu, AttentionMasksAndCausal) {
 // groups of 1, 4 and 8 query heads, one and two queries, a static cache's Bool mask (the later
 // splits see no key), a Bool mask over keys with batch 2, an additive mask, a dead row (0), the
 // causal bound, strided q with a [B, Sq, H, D] out, a cache shorter than one split and one no
-// multiple of the split. The same cases with KILN_ATTENTION_DECODE=off run the generic kernel.
+// multiple of the split. Each case runs three ways: the splits merged in a thread block cluster
+// (the default), merged through global memory (KILN_ATTENTION_CLUSTER=off), and on the generic
+// kernel (KILN_ATTENTION_DECODE=off).
 TEST_F(EngineGpu, AttentionDecodeKernel) {
-  for (const char* decode : {"on", "off"}) {
-    ASSERT_EQ(setenv("KILN_ATTENTION_DECODE", decode, 1), 0);
+  for (const char* mode : {"cluster", "global", "off"}) {
+    const std::string m = mode;
+    ASSERT_EQ(setenv("KILN_ATTENTION_DECODE", m == "off" ? "off" : "on", 1), 0);
+    ASSERT_EQ(setenv("KILN_ATTENTION_CLUSTER", m == "global" ? "off" : "on", 1), 0);
     for (DType dtype : kDtypes) {
       const int64_t d = dtype == DType::kFloat32 ? 32 : 64;
       for (const Case& c : {Case{1, 32, 8, 1, 2048, d, d, false, Mask::kCachePositions},
@@ -227,6 +231,7 @@ TEST_F(EngineGpu, AttentionDecodeKernel) {
     }
   }
   unsetenv("KILN_ATTENTION_DECODE");
+  unsetenv("KILN_ATTENTION_CLUSTER");
 }
 
 TEST_F(EngineGpu, AttentionGroupedHeadsAndStridedQueries) {
