@@ -180,12 +180,17 @@ Error CudaEngine::init() {
       i += group - 1;
       continue;
     }
-    if (i + 1 < graph_.ops.size() && graph_.ops[i + 1].opcode == blob::Opcode::kMatmul &&
-        (opcode == blob::Opcode::kLayerNorm || opcode == blob::Opcode::kFusedElementwise)) {
+    const blob::Opcode next_opcode =
+        i + 1 < graph_.ops.size() ? graph_.ops[i + 1].opcode : blob::Opcode::kMatmul;
+    if (i + 1 < graph_.ops.size() &&
+        ((next_opcode == blob::Opcode::kMatmul && opcode == blob::Opcode::kLayerNorm) ||
+         ((next_opcode == blob::Opcode::kMatmul || next_opcode == blob::Opcode::kQuantMatmul) &&
+          opcode == blob::Opcode::kFusedElementwise))) {
       const InitContext next{graph_, i + 1, s->lt.get(), s->cudnn.get(), alignment, autotune_,
                              algos, s->stream.get()};
       if (kernels::folded_gemv_unsupported(i, next) == nullptr) {
         KILN_ASSIGN_OR_RETURN(step, kernels::make_folded_gemv_step(i, next));
+        workspace = std::max(workspace, step->workspace_bytes());
         s->steps.push_back(kernels::make_folded_step());
         s->steps.push_back(std::move(step));
         ++folded_ops_;

@@ -173,6 +173,14 @@ __device__ __forceinline__ float unary_float(blob::UnaryKind kind, float x, floa
   return x;
 }
 
+// act(a) * b as glu_kernel (elementwise.cu) computes it: the activation rounded to T, then the
+// product (the GEMVs that fold a gated activation stage this).
+template <typename T>
+__device__ __forceinline__ float gated(T a, T b, blob::UnaryKind act) {
+  const float g = to_float(from_float<T>(unary_float(act, to_float(a), 0.0f, 0.0f)));
+  return to_float(from_float<T>(g * to_float(b)));
+}
+
 // The kinds that stay exact on integers (see UnaryStep).
 __device__ __forceinline__ int64_t unary_int(blob::UnaryKind kind, int64_t x, int64_t lo,
                                              int64_t hi) {

@@ -9,6 +9,7 @@
 #include "runtime/engine/kernels/elementwise.cuh"
 #include "runtime/engine/kernels/elementwise_math.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/kernels/quant_matmul.cuh"
 #include "runtime/engine/op_tensors.h"
 
 namespace kiln::engine::kernels {
@@ -54,14 +55,6 @@ struct GemvParams {
 enum class Prologue { kNone, kNorm, kRms, kGlu };
 
 constexpr int kLoads = 8;   // 16-byte weight vectors in flight per lane
-
-// act(a) * b as glu_kernel (elementwise.cu) computes it: the activation rounded to T, then the
-// product.
-template <typename T>
-__device__ __forceinline__ float gated(T a, T b, blob::UnaryKind act) {
-  const float g = to_float(from_float<T>(unary_float(act, to_float(a), 0.0f, 0.0f)));
-  return to_float(from_float<T>(g * to_float(b)));
-}
 
 // The same for the 16-byte vectors of a and b: returns the vector of the products.
 template <typename T>
@@ -554,39 +547,80 @@ const char* folded_form(const Graph& g, size_t op, Folded* f, int64_t* out, int6
 
 }  // namespace
 
-const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
+namespace {
+
+// The checks of a fold whatever the GEMV: op ctx.op_index reads op's output (f's `out`) as its
+// activations `x` ([m, k] rows) and writes `out`; nullptr, or why not.
+const char* consumer_unsupported(size_t op, const InitContext& ctx, const Folded& f,
+                                 int64_t made_by_op, int64_t x, int64_t out, int64_t m,
+                                 int64_t k) {
   const Graph& g = ctx.graph;
-  if (op + 1 != ctx.op_index || g.ops[ctx.op_index].opcode != blob::Opcode::kMatmul) {
-    return "the next op is not a matmul";
-  }
-  Folded f;
-  int64_t out = kNoTensor, staged = kNoTensor;
-  if (const char* why = folded_form(g, op, &f, &out, &staged)) return why;
-  const auto& mm = std::get<MatmulArgs>(g.ops[ctx.op_index].args);
-  const Tensor& made = g.tensors[size_t(out)];
-  const Tensor& a = g.tensors[size_t(mm.a)];
-  const ArenaRange range = arena_range(g, out);
-  // The matmul's `a` is the op's output (or a view of all of it: a reshape).
+  const Tensor& made = g.tensors[size_t(made_by_op)];
+  const Tensor& a = g.tensors[size_t(x)];
+  const ArenaRange range = arena_range(g, made_by_op);
+  // The consumer's `x` is the op's output (or a view of all of it: a reshape).
   if (range.begin == range.end || a.storage != blob::Storage::kArena || a.offset != made.offset ||
       a.nbytes != made.nbytes || a.dtype != made.dtype) {
     return "the matmul's a is not the op's output";
   }
-  if (mm.batch != 1 || mm.trans_a || made.numel != mm.m * mm.k ||
-      (f.kind != Prologue::kGlu && (mm.m != f.norm.rows || mm.k != f.norm.cols))) {
+  if (made.numel != m * k ||
+      (f.kind != Prologue::kGlu && (m != f.norm.rows || k != f.norm.cols))) {
     return "the matmul's rows are not the op's rows";
   }
   bool other_operand = false;
   for_each_tensor(g.ops[ctx.op_index], [&](int64_t t, blob::Role) {
-    if (t != mm.a && arena_range(g, t).overlaps(range)) other_operand = true;
+    if (t != x && arena_range(g, t).overlaps(range)) other_operand = true;
   });
   if (other_operand) return "the matmul reads the op's output as another operand";
   // The GEMV writes its output while other blocks still stage the op's inputs.
   bool shared = false;
   for_each_tensor(g.ops[op], [&](int64_t t, blob::Role role) {
-    if (is_read(role) && arena_range(g, mm.out).overlaps(arena_range(g, t))) shared = true;
+    if (is_read(role) && arena_range(g, out).overlaps(arena_range(g, t))) shared = true;
   });
   if (shared) return "the matmul's output shares an input's memory";
   if (read_later(g, range, ctx.op_index)) return "the op's output is read by another op";
+  return nullptr;
+}
+
+// The quantized decode kernel's fold (quant_matmul.cuh): a gated activation only.
+const char* quant_fold_unsupported(size_t op, const InitContext& ctx, QuantGate* gate) {
+  const Graph& g = ctx.graph;
+  Folded f;
+  int64_t made = kNoTensor, staged = kNoTensor;
+  if (g.ops[op].opcode != blob::Opcode::kFusedElementwise) {
+    return "a quantized matmul folds only a gated activation";
+  }
+  if (const char* why = folded_form(g, op, &f, &made, &staged)) return why;
+  const auto& qm = std::get<QuantMatmulArgs>(g.ops[ctx.op_index].args);
+  if (g.tensors[size_t(f.glu_a)].dtype != g.tensors[size_t(qm.x)].dtype) {
+    return "the gate's dtype is not the matmul's";
+  }
+  if (const char* why = quant_gemv_unsupported(qm)) return why;
+  if (const char* why = consumer_unsupported(op, ctx, f, made, qm.x, qm.out, qm.m, qm.k)) {
+    return why;
+  }
+  if (gate != nullptr) *gate = QuantGate{f.glu_a, f.glu_b, f.glu_act};
+  return nullptr;
+}
+
+}  // namespace
+
+const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
+  const Graph& g = ctx.graph;
+  if (op + 1 != ctx.op_index) return "the next op is not a matmul";
+  if (g.ops[ctx.op_index].opcode == blob::Opcode::kQuantMatmul) {
+    return quant_fold_unsupported(op, ctx, nullptr);
+  }
+  if (g.ops[ctx.op_index].opcode != blob::Opcode::kMatmul) return "the next op is not a matmul";
+  Folded f;
+  int64_t out = kNoTensor, staged = kNoTensor;
+  if (const char* why = folded_form(g, op, &f, &out, &staged)) return why;
+  const auto& mm = std::get<MatmulArgs>(g.ops[ctx.op_index].args);
+  if (mm.batch != 1 || mm.trans_a) return "the matmul's rows are not the op's rows";
+  if (const char* why = consumer_unsupported(op, ctx, f, out, mm.a, mm.out, mm.m, mm.k)) {
+    return why;
+  }
+  const Tensor& a = g.tensors[size_t(mm.a)];
   if (f.kind == Prologue::kGlu && wide_rows(mm, staged, ctx) && ctx.alignment[f.glu_b] < 16) {
     return "the gate's second input is not 16-byte aligned";
   }
@@ -606,6 +640,12 @@ const char* folded_gemv_unsupported(size_t op, const InitContext& ctx) {
 }
 
 StepResult make_folded_gemv_step(size_t op, const InitContext& ctx) {
+  if (ctx.graph.ops[ctx.op_index].opcode == blob::Opcode::kQuantMatmul) {
+    QuantGate gate;
+    quant_fold_unsupported(op, ctx, &gate);
+    return make_quant_matmul_step(std::get<QuantMatmulArgs>(ctx.graph.ops[ctx.op_index].args),
+                                  ctx, gate);
+  }
   Folded f;
   int64_t out = kNoTensor, staged = kNoTensor;
   folded_form(ctx.graph, op, &f, &out, &staged);

@@ -18,7 +18,8 @@ StepResult make_gemv_step(const MatmulArgs& a, const InitContext& ctx);
 /// could run the matmul, and op is a kLayerNorm (only with KILN_GEMV_NORM=on) or the gated
 /// activation act(a) * b of a SwiGLU / GeGLU block over inputs read in order (KILN_GEMV_GLU=off).
 /// Folded, the GEMV stages op's inputs and computes its output itself: a decoder step's RMSNorm
-/// and projection, or its gate and down projection, in one kernel.
+/// and projection, or its gate and down projection, in one kernel. A kQuantMatmul next op takes
+/// a gated activation into its decode kernel the same way (quant_matmul.cuh).
 const char* folded_gemv_unsupported(size_t op, const InitContext& ctx);
 
 /// The GEMV step of op ctx.op_index with op `op` folded in (folded_gemv_unsupported said it

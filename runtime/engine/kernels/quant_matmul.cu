@@ -2,11 +2,13 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "format/fail.h"
 #include "format/quant_layout.h"
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/kernels/elementwise_math.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
 
 namespace kiln::engine::kernels {
@@ -66,11 +68,33 @@ __device__ __forceinline__ int staged_index(int c, int e) {
   return c * kElems + (((e / 4) ^ swizzle) * 4) + (e % 4);
 }
 
+// The decode kernel's int4 values for 16-bit activations, cheaper than dequantize<4>: each is
+// 0.5 + (v + 8) / 256 (the biased nibble in the mantissa of 0.5, a PRMT and no FADD), so a
+// vector's sum of w * x is (dot - 136 * sum(x) / 256) * 256 in place of the exact dot: the
+// activations' sum over the vector is staged once per tile for every output row. Cancelling the
+// 0.5 costs a few bits of the fp32 sum, far below a 16-bit result's rounding; fp32 programs
+// keep the exact values.
+__device__ __forceinline__ void dequantize_offset4(const uint4& v, float (&w)[32]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t biased = words[i] ^ 0x88888888u;
+    const uint32_t lo = biased & 0x0F0F0F0Fu, hi = (biased >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      w[8 * i + 2 * j] = __int_as_float(__byte_perm(lo, 0x3F000000u, 0x7044u + (j << 8)));
+      w[8 * i + 2 * j + 1] = __int_as_float(__byte_perm(hi, 0x3F000000u, 0x7044u + (j << 8)));
+    }
+  }
+}
+
 struct Shape {
   int64_t m, n, k;
   int64_t row_vectors;   // 16-byte vectors per packed weight row
   int64_t groups, group_size;
+  int group_shift;       // log2(group_size / values per vector), or -1: divide
   int chunks;            // ceil(M / kRowsPerChunk)
+  bool wide;             // x (and a folded gate's second input) staged with 16-byte loads
 };
 
 // out[m, n] = act(sum_k x[m, k] * q[n, k] * scale(n, k) + bias[n] + residual[m, n]). Block b
@@ -79,17 +103,25 @@ struct Shape {
 // Each warp computes kWarpRows consecutive output rows: a short packed row (int4 at K = 2048 is
 // 64 vectors, two a lane) would otherwise leave most of a lane's kUnroll loads idle, and the
 // bytes each warp has in flight are what bound a decode (registers allow ~3 blocks an SM).
-template <typename T, int kRows, int kBits, int kWarpRows>
+// kGlu: x is a SwiGLU / GeGLU gate's first input and the activations are act(x) * glu_b, staged
+// as glu_kernel rounds them (the down projection with its gate folded in). Launched overlapped
+// (launch_overlapped): the first weight vectors are requested before the kernel before has
+// finished.
+template <typename T, int kRows, int kBits, int kWarpRows, bool kGlu>
 __global__ void __launch_bounds__(kWarps * 32)
     quant_matmul_kernel(const T* __restrict__ x, const uint4* __restrict__ weight,
                         const float* __restrict__ scales, const T* __restrict__ bias,
                         const T* __restrict__ residual, T* __restrict__ out, const Shape s,
-                        const Epilogue act) {
+                        const Epilogue act, const T* __restrict__ glu_b,
+                        const blob::UnaryKind glu_act) {
   constexpr int kElems = 128 / kBits;                 // values per 16-byte vector
   constexpr int kTile = kStagedFloats / kRows;        // K values staged per row
   constexpr int kTileVectors = kTile / kElems;
   constexpr int kLoads = kUnroll / kWarpRows;         // vectors in flight per lane and row
+  constexpr bool kOffset = kBits == 4 && !std::is_same<T, float>::value;
+  constexpr int kVec = 16 / int(sizeof(T));           // x values per 16-byte load
   __shared__ __align__(16) float staged[kRows * kTile];
+  __shared__ float vector_sums[kOffset ? kRows * kTileVectors : 1];   // kOffset: sum(x) a vector
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t chunk = blockIdx.x % s.chunks;
@@ -131,16 +163,78 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     };
     load(lane);
+    if (t0 == 0) {
+      // The weight is a constant; the activations (and out, residual) only after the wait.
+      wait_for_previous_kernel();
+      allow_next_kernel();
+    }
     __syncthreads();   // every warp is done with the previous tile
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      for (int j = threadIdx.x; j < columns; j += kWarps * 32) {
+    if (s.wide) {
+      // 16-byte loads of x, several in flight a thread (K = 8192 in one round trip); a K the
+      // vectors do not reach (a padded row) stages zeros.
+      const int row_loads = columns / kVec;
+#pragma unroll 4
+      for (int i = threadIdx.x; i < kRows * row_loads; i += kWarps * 32) {
+        const int r = i / row_loads, j = (i - r * row_loads) * kVec;
         const int64_t k = t0 + j;
-        const float v = r < rows && k < s.k ? to_float(x[(m0 + r) * s.k + k]) : 0.0f;
-        staged[r * kTile + staged_index<kElems>(j / kElems, j % kElems)] = v;
+        float f[kVec];
+        if (r < rows && k < s.k) {
+          const int64_t at = (m0 + r) * s.k + k;
+          const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + at));
+          const T* xe = reinterpret_cast<const T*>(&xv);
+          if constexpr (kGlu) {
+            const uint4 gv = __ldg(reinterpret_cast<const uint4*>(glu_b + at));
+            const T* ge = reinterpret_cast<const T*>(&gv);
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) f[e] = gated(xe[e], ge[e], glu_act);
+          } else {
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) f[e] = to_float(xe[e]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) f[e] = 0.0f;
+        }
+        // kVec is a multiple of the swizzle's 4-float pieces, which stay whole.
+#pragma unroll
+        for (int p = 0; p < kVec / 4; ++p) {
+          const int e = j % kElems + 4 * p;
+          *reinterpret_cast<float4*>(staged + r * kTile + staged_index<kElems>(j / kElems, e)) =
+              make_float4(f[4 * p], f[4 * p + 1], f[4 * p + 2], f[4 * p + 3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        for (int j = threadIdx.x; j < columns; j += kWarps * 32) {
+          const int64_t k = t0 + j;
+          float v = 0.0f;
+          if (r < rows && k < s.k) {
+            const int64_t at = (m0 + r) * s.k + k;
+            if constexpr (kGlu) {
+              v = gated(x[at], glu_b[at], glu_act);
+            } else {
+              v = to_float(x[at]);
+            }
+          }
+          staged[r * kTile + staged_index<kElems>(j / kElems, j % kElems)] = v;
+        }
       }
     }
     __syncthreads();
+    if constexpr (kOffset) {
+      // Each vector's sum of x (the swizzle only permutes within a vector); a thread starts at
+      // its own element so that neighbours read different banks.
+      for (int i = threadIdx.x; i < kRows * vectors; i += kWarps * 32) {
+        const int r = i / vectors, c = i - r * vectors;
+        const float* xr = staged + r * kTile + c * kElems;
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int e = 0; e < kElems; ++e) sum += xr[(e + c) % kElems];
+        vector_sums[r * kTileVectors + c] = sum;
+      }
+      __syncthreads();
+    }
     if (n0 >= s.n) continue;
     for (int c0 = lane; c0 < vectors; c0 += 32 * kLoads) {
       if (c0 != lane) load(c0);
@@ -152,11 +246,18 @@ __global__ void __launch_bounds__(kWarps * 32)
           // not break: the unrolled loops keep `loaded` in registers
           if (c >= vectors || n0 + i >= s.n) continue;
           float w[kElems];
-          dequantize<kBits>(loaded[i][u], w);
-          const float scale =
-              s.groups == 1
-                  ? 1.0f
-                  : __ldg(scales + (n0 + i) * s.groups + (v0 + c) * kElems / s.group_size);
+          if constexpr (kOffset) {
+            dequantize_offset4(loaded[i][u], w);
+          } else {
+            dequantize<kBits>(loaded[i][u], w);
+          }
+          float scale = 1.0f;
+          if (s.groups != 1) {
+            const int64_t vector = v0 + c;
+            const int64_t group = s.group_shift >= 0 ? vector >> s.group_shift
+                                                     : vector * kElems / s.group_size;
+            scale = __ldg(scales + (n0 + i) * s.groups + group);
+          }
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float* xr = staged + r * kTile;
@@ -169,6 +270,9 @@ __global__ void __launch_bounds__(kWarps * 32)
               dot = fmaf(w[4 * p + 1], xv.y, dot);
               dot = fmaf(w[4 * p + 2], xv.z, dot);
               dot = fmaf(w[4 * p + 3], xv.w, dot);
+            }
+            if constexpr (kOffset) {
+              dot = fmaf(dot, 256.0f, -136.0f * vector_sums[r * kTileVectors + c]);
             }
             acc[i][r] = fmaf(dot, scale, acc[i][r]);
           }
@@ -269,8 +373,10 @@ __global__ void dequantize_rows_kernel(const uint4* __restrict__ weight,
 
 class QuantMatmulStep final : public Step {
  public:
-  QuantMatmulStep(const QuantMatmulArgs& a, const Graph& graph)
-      : a_(a), dtype_(graph.tensors[a.x].dtype) {}
+  QuantMatmulStep(const QuantMatmulArgs& a, const Graph& graph, const QuantGate* gate)
+      : a_(a), dtype_(graph.tensors[a.x].dtype) {
+    if (gate != nullptr) gate_ = *gate;
+  }
 
   Error init(const InitContext& ctx) {
     op_ = ctx.op_index;
@@ -283,7 +389,20 @@ class QuantMatmulStep final : public Step {
     rows_ = rows_per_chunk(a_.m);
     shape_ = {a_.m, a_.n, a_.k,
               blob::quant_row_words(a_.k, a_.bits) / 4, a_.k / a_.group_size, a_.group_size,
-              static_cast<int>((a_.m + rows_ - 1) / rows_)};
+              group_shift(a_.group_size, 128 / int(a_.bits)),
+              static_cast<int>((a_.m + rows_ - 1) / rows_), false};
+    // The staged tensors (x, or a folded gate's two inputs) in 16-byte loads when every row is
+    // whole vectors of them.
+    const int64_t staged = gate_.a != kNoTensor ? gate_.a : a_.x;
+    shape_.wide = (a_.k * int64_t(element_size(dtype_))) % 16 == 0 &&
+                  ctx.alignment[size_t(staged)] >= 16 &&
+                  (gate_.b == kNoTensor || ctx.alignment[size_t(gate_.b)] >= 16);
+    if (gate_.a != kNoTensor && a_.m > kMaxRows) {
+      return fail(nullptr, Error::Internal,
+                  "Kiln op %zu (QuantMatmul): a gated activation was folded into %lld rows; "
+                  "only the decode kernel (M <= %d) takes one",
+                  op_, static_cast<long long>(a_.m), kMaxRows);
+    }
     if (a_.m > kMaxRows && a_.n > 0 && !dense_path_disabled()) return init_dense(ctx);
     warp_rows_ = warp_rows(a_.m, a_.n, shape_.row_vectors);
     const int64_t rows_per_block = int64_t(kWarps) * warp_rows_;
@@ -302,16 +421,21 @@ class QuantMatmulStep final : public Step {
   Error enqueue(const RunContext& ctx) override {
     if (a_.m == 0 || a_.n == 0) return Error::Ok;
     if (dense_) return enqueue_dense(ctx);
+    cudaError_t launched = cudaSuccess;
     visit_floating(dtype_, [&](auto tag) {
       using T = typename decltype(tag)::type;
       switch (rows_) {
-        case 1: launch<T, 1>(ctx); break;
-        case 2: launch<T, 2>(ctx); break;
-        case 4: launch<T, 4>(ctx); break;
-        case 8: launch<T, 8>(ctx); break;
-        default: launch<T, 16>(ctx); break;
+        case 1: launched = launch<T, 1>(ctx); break;
+        case 2: launched = launch<T, 2>(ctx); break;
+        case 4: launched = launch<T, 4>(ctx); break;
+        case 8: launched = launch<T, 8>(ctx); break;
+        default: launched = launch<T, 16>(ctx); break;
       }
     });
+    if (launched != cudaSuccess) {
+      return fail(nullptr, Error::Internal, "Kiln op %zu (QuantMatmul): the launch failed: %s",
+                  op_, cudaGetErrorString(launched));
+    }
     return Error::Ok;
   }
 
@@ -332,30 +456,45 @@ class QuantMatmulStep final : public Step {
     return rows;
   }
 
+  // log2(group_size / elems) when that is a power of two (the kernel shifts), else -1.
+  static int group_shift(int64_t group_size, int elems) {
+    if (group_size % elems != 0) return -1;
+    const int64_t vectors = group_size / elems;
+    if ((vectors & (vectors - 1)) != 0) return -1;
+    int shift = 0;
+    while ((int64_t(1) << shift) < vectors) ++shift;
+    return shift;
+  }
+
   template <typename T, int kRows>
-  void launch(const RunContext& ctx) const {
+  cudaError_t launch(const RunContext& ctx) const {
     if constexpr (kRows == 1) {
       if (warp_rows_ == 4) return launch<T, 1, 4>(ctx);
       if (warp_rows_ == 2) return launch<T, 1, 2>(ctx);
     }
-    launch<T, kRows, 1>(ctx);
+    return launch<T, kRows, 1>(ctx);
   }
 
   template <typename T, int kRows, int kWarpRows>
-  void launch(const RunContext& ctx) const {
-    const T* x = ctx.ptr<const T>(a_.x);
+  cudaError_t launch(const RunContext& ctx) const {
+    const bool glu = gate_.a != kNoTensor;
+    const T* x = ctx.ptr<const T>(glu ? gate_.a : a_.x);
     const uint4* w = ctx.ptr<const uint4>(a_.weight);
     const float* scales = ctx.ptr<const float>(a_.scales);
     const T* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr<const T>(a_.bias);
     const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
     T* out = ctx.ptr<T>(a_.out);
+    const T* glu_b = glu ? ctx.ptr<const T>(gate_.b) : nullptr;
+    auto go = [&](auto kernel) {
+      return launch_overlapped(kernel, blocks_, kWarps * 32, 0, ctx.stream, x, w, scales, bias,
+                               residual, out, shape_, a_.epilogue, glu_b, gate_.act);
+    };
     if (a_.bits == 8) {
-      quant_matmul_kernel<T, kRows, 8, kWarpRows><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
-          x, w, scales, bias, residual, out, shape_, a_.epilogue);
-    } else {
-      quant_matmul_kernel<T, kRows, 4, kWarpRows><<<blocks_, kWarps * 32, 0, ctx.stream>>>(
-          x, w, scales, bias, residual, out, shape_, a_.epilogue);
+      return glu ? go(quant_matmul_kernel<T, kRows, 8, kWarpRows, true>)
+                 : go(quant_matmul_kernel<T, kRows, 8, kWarpRows, false>);
     }
+    return glu ? go(quant_matmul_kernel<T, kRows, 4, kWarpRows, true>)
+               : go(quant_matmul_kernel<T, kRows, 4, kWarpRows, false>);
   }
 
   // One chunk shape's cuBLASLt layouts and algorithm: the full chunk, and the last one when
@@ -534,6 +673,7 @@ class QuantMatmulStep final : public Step {
 
   QuantMatmulArgs a_;
   DType dtype_;
+  QuantGate gate_;   // a folded gated activation (a is kNoTensor when none)
   size_t op_ = 0;
   int rows_ = 1;
   int warp_rows_ = 1;
@@ -551,11 +691,30 @@ class QuantMatmulStep final : public Step {
 
 }  // namespace
 
-StepResult make_quant_matmul_step(const QuantMatmulArgs& args, const InitContext& ctx) {
-  auto step = std::make_unique<QuantMatmulStep>(args, ctx.graph);
+const char* quant_gemv_unsupported(const QuantMatmulArgs& args) {
+  if (args.m < 1 || args.m > kMaxRows) return "not the decode kernel's M <= 16 rows";
+  if (args.n == 0) return "no output rows";
+  return nullptr;
+}
+
+namespace {
+
+StepResult new_quant_step(const QuantMatmulArgs& args, const InitContext& ctx, const QuantGate* gate) {
+  auto step = std::make_unique<QuantMatmulStep>(args, ctx.graph, gate);
   const Error err = step->init(ctx);
   if (err != Error::Ok) return err;
   return std::unique_ptr<Step>(std::move(step));
+}
+
+}  // namespace
+
+StepResult make_quant_matmul_step(const QuantMatmulArgs& args, const InitContext& ctx) {
+  return new_quant_step(args, ctx, nullptr);
+}
+
+StepResult make_quant_matmul_step(const QuantMatmulArgs& args, const InitContext& ctx,
+                                  const QuantGate& gate) {
+  return new_quant_step(args, ctx, &gate);
 }
 
 }  // namespace kiln::engine::kernels

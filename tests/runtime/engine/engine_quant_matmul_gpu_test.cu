@@ -5,7 +5,8 @@
 // K a multiple of 8 and not (padded rows), K past one shared-memory tile, N past one dequantized
 // chunk, bias, residual and relu / SiLU epilogues, in fp32, fp16 and bf16; the decode kernel's
 // bandwidth on the 1B-class shapes (2048 x 2048 .. 128256 x 2048), printed and held to a floor;
-// and the prefill (M = 128) time on those shapes, both paths, printed.
+// and the prefill (M = 128) time on those shapes, both paths, printed; a gated activation folded
+// into the decode kernel.
 #include "tests/runtime/engine/engine_gpu_fixture.h"
 
 #include <cuda_runtime.h>
@@ -167,6 +168,93 @@ TEST_F(EngineGpu, QuantMatmulInt4Groups) {
       run_quant({dtype, m, 37, 128, 4, 32});
       run_quant({dtype, m, 9, 192, 4, 64, true, true});
       run_quant({dtype, m, 11, 45, 4, 0});                // per channel, odd K: a padded nibble
+    }
+  }
+}
+
+// The gated activation of a SwiGLU / GeGLU block, act(g) * u as one kFusedElementwise, runs
+// inside the quantized decode kernel of the down projection after it (with its residual): int8
+// per channel and int4 in groups (the 16-bit int4 path sums each vector against the offset
+// values), 16-byte and element-wise staging (K = 36: 72-byte bf16 rows), M = 1 and 3, silu with
+// the gate first and gelu_tanh with it second. KILN_GEMV_GLU=off runs the two ops apart, with
+// the same results.
+TEST_F(EngineGpu, GatedActivationFoldsIntoTheQuantizedGemv) {
+  using Instr = BlobBuilder::Instr;
+  using Form = blob::FusedForm;
+  struct GateCase {
+    DType dtype;
+    int64_t m, k, bits, group;   // group 0: K
+    bool swapped;
+  };
+  const GateCase cases[] = {
+      {DType::kBFloat16, 1, 8192, 8, 0, false}, {DType::kBFloat16, 1, 2048, 4, 128, true},
+      {DType::kBFloat16, 3, 512, 4, 32, false}, {DType::kBFloat16, 1, 36, 4, 0, true},
+      {DType::kFloat32, 2, 36, 8, 0, false},    {DType::kFloat32, 1, 1024, 4, 64, true},
+      {DType::kFloat16, 1, 4096, 8, 0, true},
+  };
+  for (const GateCase& gc : cases) {
+    for (bool off : {false, true}) {
+      const DType dtype = gc.dtype;
+      const int64_t m = gc.m, k = gc.k, n = 45, group = gc.group == 0 ? k : gc.group;
+      OneOp c;
+      const HostTensor g = random(dtype, {m, k}, -6.0, 6.0);
+      const HostTensor u = random(dtype, {m, k}, -2.0, 2.0);
+      const HostTensor res = random(dtype, {m, n}, -1.0, 1.0);
+      const Packed p = pack_random(n, k, gc.bits, group);
+      const int64_t first = c.add_input(gc.swapped ? u : g);
+      const int64_t second = c.add_input(gc.swapped ? g : u);
+      const UnaryKind act = gc.swapped ? UnaryKind::kGeluTanh : UnaryKind::kSilu;
+      const int64_t act_src = gc.swapped ? 1 : 0, mul_a = gc.swapped ? 0 : 2,
+                    mul_b = gc.swapped ? 2 : 1;
+      const int64_t gated = c.b.arena(dtype, {m, k});
+      c.b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
+                {Instr{Form::kUnary, static_cast<int64_t>(act), act_src, -1, -1, 0.0, 0.0, dtype},
+                 Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kMul), mul_a, mul_b, -1,
+                       1.0, 0.0, dtype}});
+      BlobBuilder::QuantMatmul q;
+      q.x = gated;
+      q.weight = c.b.weight(DType::kInt32, {n, blob::quant_row_words(k, gc.bits)}, p.words.data());
+      q.scales = c.b.weight(DType::kFloat32, {n, k / group}, p.scales.data());
+      q.residual = c.add_input(res);
+      q.out = c.b.output(dtype, {m, n});
+      q.m = m, q.n = n, q.k = k, q.bits = gc.bits, q.group_size = group;
+      c.b.quant_matmul(q);
+      if (off) setenv("KILN_GEMV_GLU", "off", 1);
+      {
+        const std::vector<uint8_t> blob = c.b.build();
+        auto engine = Engine::create(blob.data(), blob.size());
+        ASSERT_TRUE(engine.ok()) << g_log;
+        EXPECT_EQ((*engine)->folded_ops(), off ? 0u : 1u);
+      }
+      const auto runs = run_three_ways(c.b, c.inputs);
+      unsetenv("KILN_GEMV_GLU");
+      std::vector<double> want(size_t(m * n));
+      double largest = 1.0;
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t col = 0; col < n; ++col) {
+          double acc = res.v[size_t(r * n + col)], magnitude = 0.0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double x = g.v[size_t(r * k + j)];
+            const double a =
+                gc.swapped
+                    ? 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+                    : x / (1.0 + std::exp(-x));
+            const double w = double(p.q[size_t(col * k + j)]) *
+                             double(p.scales[size_t(col * (k / group) + j / group)]);
+            const double term = round_to(dtype, round_to(dtype, a) * u.v[size_t(r * k + j)]) * w;
+            acc += term;
+            magnitude += std::fabs(term);
+          }
+          want[size_t(r * n + col)] = acc;
+          largest = std::max(largest, magnitude);
+        }
+      }
+      expect_output(runs, 0, want,
+                    tol_for(dtype, dtype == DType::kFloat32 ? largest : std::sqrt(double(k)) * 2),
+                    std::string(dtype_name(dtype)) + (gc.swapped ? " gelu_tanh" : " silu") +
+                        " gate -> int" + std::to_string(gc.bits) + " group " +
+                        std::to_string(group) + " M=" + std::to_string(m) +
+                        " K=" + std::to_string(k) + (off ? " (KILN_GEMV_GLU=off)" : ""));
     }
   }
 }

@@ -1,7 +1,7 @@
 // Which ops the engine runs inside another op's kernel, decided on the host from the graph alone.
 // The GEMV folds (kernels/gemv.cuh): a layer norm or gated activation whose only reader is the
-// next op's few-row matmul is folded; one whose output something else reads, or a delegate
-// output, or a matmul the GEMV does not take, is not. The rope-and-append step
+// next op's few-row matmul (a gated activation also before a quantized one) is folded; one whose
+// output something else reads, or a delegate output, or a matmul the GEMV does not take, is not. The rope-and-append step
 // (kernels/rope_append.cuh): a decoder layer's ropes and KV-cache writes in a row run as one, a
 // rotated key going straight into the cache unless something else reads it. No GPU: the plan is
 // made before any kernel runs.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "format/blob_reader.h"
+#include "format/quant_layout.h"
 #include "runtime/engine/kernels/gemv.cuh"
 #include "runtime/engine/kernels/rope_append.cuh"
 #include "tests/format/blob_builder.h"
@@ -109,6 +110,43 @@ std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
                  1.0, 0.0, DType::kBFloat16}});
   add_projection(b, gated, m, k);
   return why_not(b, 0);
+}
+
+// The same gate before a quantized down projection ([16, k] int8 per channel or int4 in groups
+// of 32) with m rows.
+std::string quant_glu_why_not(int64_t m, int64_t k, int64_t bits, bool gate_first = true) {
+  using Instr = BlobBuilder::Instr;
+  BlobBuilder b;
+  const int64_t first = b.input(DType::kBFloat16, {m, k}), second = b.input(DType::kBFloat16, {m, k});
+  const int64_t gated = b.arena(DType::kBFloat16, {m, k});
+  const int64_t act_src = gate_first ? 0 : 1;
+  b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
+          {Instr{blob::FusedForm::kUnary, int64_t(blob::UnaryKind::kSilu), act_src, -1, -1, 0.0,
+                 0.0, DType::kBFloat16},
+           Instr{blob::FusedForm::kBinary, int64_t(blob::BinaryKind::kMul), 2, 1 - act_src, -1,
+                 1.0, 0.0, DType::kBFloat16}});
+  const int64_t n = 16, group = bits == 8 ? k : 32;
+  const std::vector<int32_t> words(size_t(n * blob::quant_row_words(k, bits)), 0);
+  const std::vector<float> scales(size_t(n * (k / group)), 1.0f);
+  BlobBuilder::QuantMatmul q;
+  q.x = gated;
+  q.weight = b.weight(DType::kInt32, {n, blob::quant_row_words(k, bits)}, words.data());
+  q.scales = b.weight(DType::kFloat32, {n, k / group}, scales.data());
+  q.out = b.output(DType::kBFloat16, {m, n});
+  q.m = m, q.n = n, q.k = k, q.bits = bits, q.group_size = group;
+  b.quant_matmul(q);
+  return why_not(b, 0);
+}
+
+TEST(FoldPlan, GatedActivationBeforeAQuantizedDownProjectionFolds) {
+  EXPECT_EQ(quant_glu_why_not(1, 8192, 8), "");
+  EXPECT_EQ(quant_glu_why_not(1, 8192, 4, false), "");
+  EXPECT_EQ(quant_glu_why_not(16, 64, 4), "");
+  // 17 rows: the dequantized chunks through cuBLASLt, which stage nothing.
+  EXPECT_EQ(quant_glu_why_not(17, 64, 8), "not the decode kernel's M <= 16 rows");
+  setenv("KILN_GEMV_GLU", "off", 1);
+  EXPECT_EQ(quant_glu_why_not(1, 8192, 8), "KILN_GEMV_GLU=off");
+  unsetenv("KILN_GEMV_GLU");
 }
 
 TEST(FoldPlan, GatedActivationBeforeTheDownProjectionFolds) {
