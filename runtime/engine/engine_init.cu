@@ -180,12 +180,10 @@ Error CudaEngine::init() {
       i += group - 1;
       continue;
     }
-    const blob::Opcode next_opcode =
-        i + 1 < graph_.ops.size() ? graph_.ops[i + 1].opcode : blob::Opcode::kMatmul;
     if (i + 1 < graph_.ops.size() &&
-        ((next_opcode == blob::Opcode::kMatmul && opcode == blob::Opcode::kLayerNorm) ||
-         ((next_opcode == blob::Opcode::kMatmul || next_opcode == blob::Opcode::kQuantMatmul) &&
-          opcode == blob::Opcode::kFusedElementwise))) {
+        (graph_.ops[i + 1].opcode == blob::Opcode::kMatmul ||
+         graph_.ops[i + 1].opcode == blob::Opcode::kQuantMatmul) &&
+        (opcode == blob::Opcode::kLayerNorm || opcode == blob::Opcode::kFusedElementwise)) {
       const InitContext next{graph_, i + 1, s->lt.get(), s->cudnn.get(), alignment, autotune_,
                              algos, s->stream.get()};
       if (kernels::folded_gemv_unsupported(i, next) == nullptr) {

@@ -272,6 +272,19 @@ class BlobBuilder {
     op(blob::Opcode::kFusedElementwise, v);
   }
 
+  /// out = act(inputs[act_input]) * the other input, over dense [rows, cols] inputs `first` and
+  /// `second`, each step rounded to `dtype`: a SwiGLU / GeGLU gate as one kFusedElementwise. The
+  /// product keeps the inputs' order (the activation's result in the gate's place).
+  void gated(int64_t out, int64_t rows, int64_t cols, int64_t first, int64_t second,
+             blob::UnaryKind act, int64_t act_input, DType dtype) {
+    const int64_t mul_a = act_input == 0 ? 2 : 0, mul_b = act_input == 0 ? 1 : 2;
+    fused(out, {rows, cols}, {first, second}, {{cols, 1}, {cols, 1}},
+          {Instr{blob::FusedForm::kUnary, static_cast<int64_t>(act), act_input, -1, -1, 0.0, 0.0,
+                 dtype},
+           Instr{blob::FusedForm::kBinary, static_cast<int64_t>(blob::BinaryKind::kMul), mul_a,
+                 mul_b, -1, 1.0, 0.0, dtype}});
+  }
+
   struct Conv2d {
     int64_t x, weight, bias = -1, out;
     int64_t n, c_in, h, w, c_out, kh, kw;

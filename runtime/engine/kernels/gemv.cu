@@ -592,9 +592,6 @@ const char* quant_fold_unsupported(size_t op, const InitContext& ctx, QuantGate*
   }
   if (const char* why = folded_form(g, op, &f, &made, &staged)) return why;
   const auto& qm = std::get<QuantMatmulArgs>(g.ops[ctx.op_index].args);
-  if (g.tensors[size_t(f.glu_a)].dtype != g.tensors[size_t(qm.x)].dtype) {
-    return "the gate's dtype is not the matmul's";
-  }
   if (const char* why = quant_gemv_unsupported(qm)) return why;
   if (const char* why = consumer_unsupported(op, ctx, f, made, qm.x, qm.out, qm.m, qm.k)) {
     return why;

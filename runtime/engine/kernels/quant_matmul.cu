@@ -169,6 +169,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       allow_next_kernel();
     }
     __syncthreads();   // every warp is done with the previous tile
+    // An activation as staged: x, or with a folded gate act(x) * b.
+    auto staged_value = [&](T a, T b) {
+      if constexpr (kGlu) return gated(a, b, glu_act);
+      return to_float(a);
+    };
     if (s.wide) {
       // 16-byte loads of x, several in flight a thread (K = 8192 in one round trip); a K the
       // vectors do not reach (a padded row) stages zeros.
@@ -181,16 +186,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (r < rows && k < s.k) {
           const int64_t at = (m0 + r) * s.k + k;
           const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + at));
+          uint4 gv = make_uint4(0, 0, 0, 0);
+          if constexpr (kGlu) gv = __ldg(reinterpret_cast<const uint4*>(glu_b + at));
           const T* xe = reinterpret_cast<const T*>(&xv);
-          if constexpr (kGlu) {
-            const uint4 gv = __ldg(reinterpret_cast<const uint4*>(glu_b + at));
-            const T* ge = reinterpret_cast<const T*>(&gv);
+          const T* ge = reinterpret_cast<const T*>(&gv);
 #pragma unroll
-            for (int e = 0; e < kVec; ++e) f[e] = gated(xe[e], ge[e], glu_act);
-          } else {
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) f[e] = to_float(xe[e]);
-          }
+          for (int e = 0; e < kVec; ++e) f[e] = staged_value(xe[e], ge[e]);
         } else {
 #pragma unroll
           for (int e = 0; e < kVec; ++e) f[e] = 0.0f;
@@ -208,15 +209,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < kRows; ++r) {
         for (int j = threadIdx.x; j < columns; j += kWarps * 32) {
           const int64_t k = t0 + j;
-          float v = 0.0f;
-          if (r < rows && k < s.k) {
-            const int64_t at = (m0 + r) * s.k + k;
-            if constexpr (kGlu) {
-              v = gated(x[at], glu_b[at], glu_act);
-            } else {
-              v = to_float(x[at]);
-            }
-          }
+          const int64_t at = (m0 + r) * s.k + k;
+          const float v =
+              r < rows && k < s.k ? staged_value(x[at], kGlu ? glu_b[at] : x[at]) : 0.0f;
           staged[r * kTile + staged_index<kElems>(j / kElems, j % kElems)] = v;
         }
       }

@@ -330,8 +330,6 @@ TEST_F(EngineGpu, LayerNormFoldsIntoTheGemvAfterIt) {
 // first input, gelu_tanh with it as the second, the vector and the element-wise staging, M = 1
 // and 2. KILN_GEMV_GLU=off runs the two ops apart, with the same results.
 TEST_F(EngineGpu, GatedActivationFoldsIntoTheGemvAfterIt) {
-  using Instr = BlobBuilder::Instr;
-  using Form = blob::FusedForm;
   int i = 0;
   for (DType dtype : {DType::kBFloat16, DType::kFloat32}) {
     for (bool swapped : {false, true}) {
@@ -346,12 +344,8 @@ TEST_F(EngineGpu, GatedActivationFoldsIntoTheGemvAfterIt) {
           const std::vector<uint8_t> wb = w.bytes();
           const int64_t first = c.add_input(swapped ? u : g), second = c.add_input(swapped ? g : u);
           const UnaryKind act = swapped ? UnaryKind::kGeluTanh : UnaryKind::kSilu;
-          const int64_t act_src = swapped ? 1 : 0, mul_a = swapped ? 0 : 2, mul_b = swapped ? 2 : 1;
           const int64_t gated = c.b.arena(dtype, {m, k});
-          c.b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
-                    {Instr{Form::kUnary, static_cast<int64_t>(act), act_src, -1, -1, 0.0, 0.0, dtype},
-                     Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kMul), mul_a, mul_b, -1,
-                           1.0, 0.0, dtype}});
+          c.b.gated(gated, m, k, first, second, act, swapped ? 1 : 0, dtype);
           BlobBuilder::Matmul mm;
           mm.a = gated;
           mm.b = c.b.weight(dtype, {n, k}, wb.data());

@@ -179,8 +179,6 @@ TEST_F(EngineGpu, QuantMatmulInt4Groups) {
 // the gate first and gelu_tanh with it second. KILN_GEMV_GLU=off runs the two ops apart, with
 // the same results.
 TEST_F(EngineGpu, GatedActivationFoldsIntoTheQuantizedGemv) {
-  using Instr = BlobBuilder::Instr;
-  using Form = blob::FusedForm;
   struct GateCase {
     DType dtype;
     int64_t m, k, bits, group;   // group 0: K
@@ -204,13 +202,8 @@ TEST_F(EngineGpu, GatedActivationFoldsIntoTheQuantizedGemv) {
       const int64_t first = c.add_input(gc.swapped ? u : g);
       const int64_t second = c.add_input(gc.swapped ? g : u);
       const UnaryKind act = gc.swapped ? UnaryKind::kGeluTanh : UnaryKind::kSilu;
-      const int64_t act_src = gc.swapped ? 1 : 0, mul_a = gc.swapped ? 0 : 2,
-                    mul_b = gc.swapped ? 2 : 1;
       const int64_t gated = c.b.arena(dtype, {m, k});
-      c.b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
-                {Instr{Form::kUnary, static_cast<int64_t>(act), act_src, -1, -1, 0.0, 0.0, dtype},
-                 Instr{Form::kBinary, static_cast<int64_t>(BinaryKind::kMul), mul_a, mul_b, -1,
-                       1.0, 0.0, dtype}});
+      c.b.gated(gated, m, k, first, second, act, gc.swapped ? 1 : 0, dtype);
       BlobBuilder::QuantMatmul q;
       q.x = gated;
       q.weight = c.b.weight(DType::kInt32, {n, blob::quant_row_words(k, gc.bits)}, p.words.data());

@@ -96,10 +96,10 @@ TEST(FoldPlan, NormReadByALaterOpStaysApart) {
   unsetenv("KILN_GEMV_NORM");
 }
 
-// act(g) * u over [m, k] inputs, then the down projection; `gate_first`: g is input 0.
-std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
+// act(g) * u over [m, k] bf16 inputs into an arena tensor (returned), the product's activation
+// result first; `gate_first`: g is input 0.
+int64_t add_gate(BlobBuilder& b, int64_t m, int64_t k, bool gate_first) {
   using Instr = BlobBuilder::Instr;
-  BlobBuilder b;
   const int64_t first = b.input(DType::kBFloat16, {m, k}), second = b.input(DType::kBFloat16, {m, k});
   const int64_t gated = b.arena(DType::kBFloat16, {m, k});
   const int64_t act_src = gate_first ? 0 : 1;
@@ -108,6 +108,13 @@ std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
                  0.0, DType::kBFloat16},
            Instr{blob::FusedForm::kBinary, int64_t(blob::BinaryKind::kMul), 2, 1 - act_src, -1,
                  1.0, 0.0, DType::kBFloat16}});
+  return gated;
+}
+
+// The gate, then the down projection.
+std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
+  BlobBuilder b;
+  const int64_t gated = add_gate(b, m, k, gate_first);
   add_projection(b, gated, m, k);
   return why_not(b, 0);
 }
@@ -115,16 +122,8 @@ std::string glu_why_not(int64_t m, int64_t k, bool gate_first) {
 // The same gate before a quantized down projection ([16, k] int8 per channel or int4 in groups
 // of 32) with m rows.
 std::string quant_glu_why_not(int64_t m, int64_t k, int64_t bits, bool gate_first = true) {
-  using Instr = BlobBuilder::Instr;
   BlobBuilder b;
-  const int64_t first = b.input(DType::kBFloat16, {m, k}), second = b.input(DType::kBFloat16, {m, k});
-  const int64_t gated = b.arena(DType::kBFloat16, {m, k});
-  const int64_t act_src = gate_first ? 0 : 1;
-  b.fused(gated, {m, k}, {first, second}, {{k, 1}, {k, 1}},
-          {Instr{blob::FusedForm::kUnary, int64_t(blob::UnaryKind::kSilu), act_src, -1, -1, 0.0,
-                 0.0, DType::kBFloat16},
-           Instr{blob::FusedForm::kBinary, int64_t(blob::BinaryKind::kMul), 2, 1 - act_src, -1,
-                 1.0, 0.0, DType::kBFloat16}});
+  const int64_t gated = add_gate(b, m, k, gate_first);
   const int64_t n = 16, group = bits == 8 ? k : 32;
   const std::vector<int32_t> words(size_t(n * blob::quant_row_words(k, bits)), 0);
   const std::vector<float> scales(size_t(n * (k / group)), 1.0f);
