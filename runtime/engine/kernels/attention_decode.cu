@@ -2,22 +2,23 @@
 // few, times the query heads that share the KV head) over a long K/V cache.
 //
 // A CTA of four warps takes one (batch, KV head) and one split of the keys. Its rows (query head
-// of the group, query) keep their pre-scaled queries in shared memory. Each key row is read with
-// 16-byte loads by L lanes (head_dim = L * 8 for 16-bit types), so one load instruction of a warp
-// covers 32 / L consecutive keys and every lane keeps its slice of the weighted sum in registers:
-// no K/V tile goes through shared memory and no barrier waits between keys. A warp issues the
-// loads of kUnroll such groups of keys before it uses any, after finding which keys a Bool mask,
-// the causal bound or the split's end hide from all its rows (those are not read: a decode over
-// a static cache reads only the rows written so far). The lanes of one key sum its score with
-// shuffles; an online softmax per lane slot rescales its accumulators. Slots, then warps, then
-// splits merge their (max, sum, accumulators): slots through shuffles, warps through shared
-// memory, splits either through distributed shared memory (the splits of a KV head are one
-// thread block cluster: each block keeps its state in its shared memory, and after a cluster
-// barrier each merges a slice of the output reading every block's state), or through a
-// partial-state buffer that the last split to finish reads (counted in `arrivals`, which it
-// resets for the next launch). The generic kernel
-// (attention.cu) staged K/V tiles in fp32 through shared memory with a barrier per tile: latency
-// bound, ~28 us a layer at the Llama-3.2-1B decode shape whatever the context.
+// of the group, query) keep their pre-scaled queries in shared memory. A warp takes 32 keys at a
+// time, one per lane: after finding which keys a Bool mask, the causal bound or the split's end
+// hide from all its rows (those are not read: a decode over a static cache reads only the rows
+// written so far, and a tile nobody sees is skipped), each lane reads its whole key row (16-byte
+// loads) and scores it against every row with no shuffles; one max per row and tile updates the
+// online softmax. The probabilities go through shared memory to the values, which the warp reads
+// a row per instruction (lane l holds columns l * E .. l * E + E - 1), so the value loads are
+// coalesced and each lane's accumulators stay in registers. An earlier form spread a key row over
+// 8 lanes and summed every score with shuffles: instruction-latency bound at one warp per
+// scheduler, 14-17 us a layer at the Llama-3.2-1B shape on the H100 whatever the position.
+// Warps, then splits merge their (max, sum, accumulators): warps through shared memory, splits
+// either through distributed shared memory (the splits of a KV head are one thread block
+// cluster: each block keeps its state in its shared memory, and after a cluster barrier each
+// merges a slice of the output reading every block's state), or through a partial-state buffer
+// that the last split to finish reads (counted in `arrivals`, which it resets for the next
+// launch). The generic kernel (attention.cu) staged K/V tiles in fp32 through shared memory with
+// a barrier per tile: latency bound, ~28 us a layer at that shape whatever the context.
 #include "runtime/engine/kernels/attention_decode.cuh"
 
 #include <cooperative_groups.h>
@@ -38,7 +39,6 @@ using executorch::runtime::Error;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;       // groups of keys whose loads a warp issues together
 constexpr int kMaxRows = 8;      // query rows per KV head (seq_q * heads_q / heads_kv)
 constexpr int kMaxSplits = 32;   // splits of the keys (the merge loads one state per split)
 constexpr int kMaxClusterSplits = 16;   // splits merged in a cluster (16: non-portable size)
@@ -65,21 +65,23 @@ struct DecodeParams {
 };
 
 
+// L: 16-byte loads per K/V row; R: query rows per KV head (padded to 1, 2, 4 or 8).
 template <typename T, int L, int R, bool kCluster>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams p) {
   constexpr int V = 16 / int(sizeof(T));   // elements per 16-byte load
   constexpr int D = L * V;                 // head_dim (== head_dim_v)
-  constexpr int kSlots = 32 / L;           // keys one warp-wide load covers
-  constexpr int kStep = kWarps * kSlots * kUnroll;   // keys a CTA takes per iteration
+  constexpr int E = D / 32;                // value columns per lane (4, 8 or 16 bytes)
+  constexpr int kKChunk = L < 16 ? L : 16;  // key-row loads in flight per lane (64 registers)
+  // Keys whose value slices are loaded together: 32 registers of them.
+  constexpr int kVBatch = 32 * 4 / (E * int(sizeof(T))) < 32 ? 32 * 4 / (E * int(sizeof(T))) : 32;
   __shared__ __align__(16) float q_s[R][D];
   __shared__ __align__(16) float acc_s[kWarps][R][D];
   __shared__ float m_s[kWarps][R], l_s[kWarps][R];
+  __shared__ float p_s[kWarps][32][R];   // a tile's probabilities, per key and row
   __shared__ bool last;
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int slot = lane / L;     // which of the warp's keys this lane reads
-  const int part = lane % L;     // which 16-byte slice of the key / value row
   const int64_t b = blockIdx.y / p.heads_kv;
   const int64_t hk = blockIdx.y - b * p.heads_kv;
   auto head = [&](int r) { return hk * p.group + r % p.group; };
@@ -97,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     }
     q_s[r][c] = x;
   }
-  const T* kb = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1] + part * V;
-  const T* vb = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1] + part * V;
+  const T* kb = static_cast<const T*>(p.k) + p.k_offset + b * p.ks[0] + hk * p.ks[1];
+  const T* vb = static_cast<const T*>(p.v) + p.v_offset + b * p.vs[0] + hk * p.vs[1] + lane * E;
   // Per row, once: its query (the causal bound) and where its mask row starts (no divisions in
   // the key loop).
   int row_query[R];
@@ -109,110 +111,132 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
     mask_row[r] = b * p.ms[0] + head(r) * p.ms[1] + int64_t(query(r)) * p.ms[2];
   }
 
-  float m[R], l[R], acc[R][V];
+  // m: the warp's running max per row (the same in every lane); l: this lane's share of the sum;
+  // acc: the weighted sum of the row's values at this lane's E columns.
+  float m[R], l[R], acc[R][E];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     m[r] = -INFINITY;
     l[r] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < V; ++c) acc[r][c] = 0.0f;
+    for (int c = 0; c < E; ++c) acc[r][c] = 0.0f;
   }
   const int64_t begin = int64_t(blockIdx.x) * p.chunk;
   const int64_t end = begin + p.chunk < p.seq_kv ? begin + p.chunk : p.seq_kv;
   __syncthreads();
 
-  for (int64_t j0 = begin; j0 < end; j0 += kStep) {
-    bool see[kUnroll][R];
-    float bias[kUnroll][R];
-    bool any[kUnroll];
+  // A warp takes a tile of 32 keys, key `lane` of it per lane.
+  for (int64_t j0 = begin + warp * 32; j0 < end; j0 += kWarps * 32) {
+    const int64_t j = j0 + lane;
+    bool see[R];
+    float bias[R];
+    bool any = false;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = j0 + (u * kWarps + warp) * kSlots + slot;
-      any[u] = false;
+    for (int r = 0; r < R; ++r) {
+      bool s = r < p.rows && j < end && !(p.causal && j > row_query[r]);
+      bias[r] = 0.0f;
+      if (s && p.mask_kind == MaskKind::kBool) {
+        s = static_cast<const uint8_t*>(p.mask)[mask_row[r] + j * p.ms[3]] != 0;
+      } else if (s && p.mask_kind == MaskKind::kAdditive) {
+        bias[r] = to_float(static_cast<const T*>(p.mask)[mask_row[r] + j * p.ms[3]]);
+      }
+      see[r] = s;
+      any = any || s;
+    }
+    // Keys no row sees are not read (a static cache's rows past the position hold anything).
+    const unsigned seen = __ballot_sync(0xffffffffu, any);
+    if (seen == 0u) continue;
+
+    // The first batch of value slices is requested before the scores need the keys.
+    Pack<T, E> vv[kVBatch];
+    auto load_values = [&](int k0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        bool s = r < p.rows && j < end && !(p.causal && j > row_query[r]);
-        bias[u][r] = 0.0f;
-        if (s && p.mask_kind == MaskKind::kBool) {
-          s = static_cast<const uint8_t*>(p.mask)[mask_row[r] + j * p.ms[3]] != 0;
-        } else if (s && p.mask_kind == MaskKind::kAdditive) {
-          bias[u][r] = to_float(static_cast<const T*>(p.mask)[mask_row[r] + j * p.ms[3]]);
+      for (int u = 0; u < kVBatch; ++u) {
+        if ((seen >> (k0 + u)) & 1u) {
+          vv[u] = *reinterpret_cast<const Pack<T, E>*>(vb + (j0 + k0 + u) * p.vs[2]);
+        } else {   // zeros, so that a weight of 0 times them stays 0
+#pragma unroll
+          for (int c = 0; c < E; ++c) vv[u].v[c] = from_float<T>(0.0f);
         }
-        see[u][r] = s;
-        any[u] = any[u] || s;
+      }
+    };
+    load_values(0);
+
+    // Scores: the lane's whole key row against every row's query (no shuffles per key).
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[r] = 0.0f;
+    if (any) {
+      const T* krow = kb + j * p.ks[2];
+#pragma unroll
+      for (int c0 = 0; c0 < L; c0 += kKChunk) {
+        Pack<T, V> kk[kKChunk];
+#pragma unroll
+        for (int i = 0; i < kKChunk; ++i) {
+          kk[i] = *reinterpret_cast<const Pack<T, V>*>(krow + (c0 + i) * V);
+        }
+#pragma unroll
+        for (int i = 0; i < kKChunk; ++i) {
+#pragma unroll
+          for (int c = 0; c < V; c += 4) {
+            const float k0 = to_float(kk[i].v[c]), k1 = to_float(kk[i].v[c + 1]);
+            const float k2 = to_float(kk[i].v[c + 2]), k3 = to_float(kk[i].v[c + 3]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              const float4 q4 = *reinterpret_cast<const float4*>(&q_s[r][(c0 + i) * V + c]);
+              s[r] = fmaf(q4.x, k0, fmaf(q4.y, k1, fmaf(q4.z, k2, fmaf(q4.w, k3, s[r]))));
+            }
+          }
+        }
       }
     }
-    Pack<T, V> kv[kUnroll], vv[kUnroll];
+    // Online softmax over the tile: one max per row for 32 keys.
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = j0 + (u * kWarps + warp) * kSlots + slot;
-      if (any[u]) {
-        kv[u] = *reinterpret_cast<const Pack<T, V>*>(kb + j * p.ks[2]);
-        vv[u] = *reinterpret_cast<const Pack<T, V>*>(vb + j * p.vs[2]);
-      } else {   // zeros, so that a weight of 0 times them stays 0
+    for (int r = 0; r < R; ++r) {
+      const float x = see[r] ? s[r] + bias[r] : -INFINITY;
+      const float mn = fmaxf(m[r], warp_reduce(x, MaxOp{}));
+      float pr = 0.0f;
+      if (mn != -INFINITY) {   // else nothing seen yet (an additive -inf at most): keep zeros
+        const float alpha = expf(m[r] - mn);   // 0 while m is -inf
+        pr = x == -INFINITY ? 0.0f : expf(x - mn);
+        l[r] = l[r] * alpha + pr;
 #pragma unroll
-        for (int c = 0; c < V; ++c) kv[u].v[c] = vv[u].v[c] = from_float<T>(0.0f);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float kf[V], vf[V];
-#pragma unroll
-      for (int c = 0; c < V; ++c) {
-        kf[c] = to_float(kv[u].v[c]);
-        vf[c] = to_float(vv[u].v[c]);
-      }
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < V; c += 4) {
-          const float4 q4 = *reinterpret_cast<const float4*>(&q_s[r][part * V + c]);
-          s = fmaf(q4.x, kf[c], fmaf(q4.y, kf[c + 1], fmaf(q4.z, kf[c + 2], fmaf(q4.w, kf[c + 3], s))));
-        }
-#pragma unroll
-        for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (!see[u][r]) continue;
-        s += bias[u][r];
-        const float mn = fmaxf(m[r], s);
-        if (mn == -INFINITY) continue;   // an additive -inf: nothing seen yet
-        const float alpha = expf(m[r] - mn), e = expf(s - mn);
+        for (int c = 0; c < E; ++c) acc[r][c] *= alpha;
         m[r] = mn;
-        l[r] = l[r] * alpha + e;
+      }
+      p_s[warp][lane][r] = pr;
+    }
+    __syncwarp();
+    // Values: the lane's E columns of every seen key, weighted by each row's probability.
 #pragma unroll
-        for (int c = 0; c < V; ++c) acc[r][c] = fmaf(e, vf[c], acc[r][c] * alpha);
+    for (int k0 = 0; k0 < 32; k0 += kVBatch) {
+      if (k0 > 0) load_values(k0);
+#pragma unroll
+      for (int u = 0; u < kVBatch; ++u) {
+        float pr[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) pr[r] = p_s[warp][k0 + u][r];
+#pragma unroll
+        for (int c = 0; c < E; ++c) {
+          const float v = to_float(vv[u].v[c]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[r][c] = fmaf(pr[r], v, acc[r][c]);
+        }
       }
     }
+    __syncwarp();   // p_s is rewritten by the next tile
   }
 
-  // Merge the warp's key slots (lanes part, part + L, ...), then the warps.
+  // The warp's state: its max, its summed lanes, its columns; then the block merges the warps.
 #pragma unroll
-  for (int off = L; off < 32; off <<= 1) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const float mo = __shfl_xor_sync(0xffffffffu, m[r], off);
-      const float lo = __shfl_xor_sync(0xffffffffu, l[r], off);
-      const float mn = fmaxf(m[r], mo);
-      const float a = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
-      const float c_o = mo == -INFINITY ? 0.0f : expf(mo - mn);
-      m[r] = mn;
-      l[r] = l[r] * a + lo * c_o;
-#pragma unroll
-      for (int c = 0; c < V; ++c) {
-        acc[r][c] = acc[r][c] * a + __shfl_xor_sync(0xffffffffu, acc[r][c], off) * c_o;
-      }
+  for (int r = 0; r < R; ++r) {
+    const float sum = warp_reduce(l[r], SumOp{});
+    if (lane == 0) {
+      m_s[warp][r] = m[r];
+      l_s[warp][r] = sum;
     }
-  }
-  if (slot == 0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (part == 0) {
-        m_s[warp][r] = m[r];
-        l_s[warp][r] = l[r];
-      }
-#pragma unroll
-      for (int c = 0; c < V; ++c) acc_s[warp][r][part * V + c] = acc[r][c];
-    }
+    for (int c = 0; c < E; ++c) acc_s[warp][r][lane * E + c] = acc[r][c];
   }
   __syncthreads();
 
@@ -446,9 +470,7 @@ StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext&
   KILN_TRY(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                        Error::Internal, "Kiln engine: op %zu (attention): SM count",
                        ctx.op_index));
-  const int64_t size = int64_t(element_size(dtype));
-  const int64_t lanes = a.head_dim * size / 16;
-  const int64_t step = kWarps * (32 / lanes) * kUnroll;
+  const int64_t step = kWarps * 32;   // keys a CTA takes per iteration
   const int64_t heads = std::max<int64_t>(1, a.batch * a.heads_kv);
   // A cluster of the splits merges them in distributed shared memory (sm_90 and later, up to 16
   // blocks; KILN_ATTENTION_CLUSTER=off merges through global memory).
