@@ -39,6 +39,7 @@ using executorch::runtime::Error;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+constexpr int kStep = kWarps * 32;   // keys a CTA takes per iteration: a 32-key tile per warp
 constexpr int kMaxRows = 8;      // query rows per KV head (seq_q * heads_q / heads_kv)
 constexpr int kMaxSplits = 32;   // splits of the keys (the merge loads one state per split)
 constexpr int kMaxClusterSplits = 16;   // splits merged in a cluster (16: non-portable size)
@@ -72,8 +73,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   constexpr int D = L * V;                 // head_dim (== head_dim_v)
   constexpr int E = D / 32;                // value columns per lane (4, 8 or 16 bytes)
   constexpr int kKChunk = L < 16 ? L : 16;  // key-row loads in flight per lane (64 registers)
-  // Keys whose value slices are loaded together: 32 registers of them.
-  constexpr int kVBatch = 32 * 4 / (E * int(sizeof(T))) < 32 ? 32 * 4 / (E * int(sizeof(T))) : 32;
+  // Keys whose value slices are loaded together: 128 bytes (32 registers) of them, at most a tile.
+  constexpr int kVSlices = 128 / (E * int(sizeof(T)));
+  constexpr int kVBatch = kVSlices < 32 ? kVSlices : 32;
   __shared__ __align__(16) float q_s[R][D];
   __shared__ __align__(16) float acc_s[kWarps][R][D];
   __shared__ float m_s[kWarps][R], l_s[kWarps][R];
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(DecodeParams
   __syncthreads();
 
   // A warp takes a tile of 32 keys, key `lane` of it per lane.
-  for (int64_t j0 = begin + warp * 32; j0 < end; j0 += kWarps * 32) {
+  for (int64_t j0 = begin + warp * 32; j0 < end; j0 += kStep) {
     const int64_t j = j0 + lane;
     bool see[R];
     float bias[R];
@@ -470,7 +472,7 @@ StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext&
   KILN_TRY(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                        Error::Internal, "Kiln engine: op %zu (attention): SM count",
                        ctx.op_index));
-  const int64_t step = kWarps * 32;   // keys a CTA takes per iteration
+  const int64_t step = kStep;
   const int64_t heads = std::max<int64_t>(1, a.batch * a.heads_kv);
   // A cluster of the splits merges them in distributed shared memory (sm_90 and later, up to 16
   // blocks; KILN_ATTENTION_CLUSTER=off merges through global memory).
