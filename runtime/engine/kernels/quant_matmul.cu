@@ -256,16 +256,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float* xr = staged + r * kTile;
-            float dot = 0.0f;
+            // One activation row of int4: four partial sums, one per float4 lane. A single chain
+            // of 32 dependent FMAs (~4 cycles each) held each vector's dot back, and the compiler
+            // does not interleave vectors; four chains of 8 overlap. Several rows already give
+            // one chain each; int8 keeps its 16-FMA chain (four push its two-rows-a-warp kernel
+            // past 64 registers: a quarter fewer blocks an SM).
+            constexpr int kChains = kBits == 4 && kRows == 1 ? 4 : 1;
+            float d[kChains] = {};
 #pragma unroll
             for (int p = 0; p < kElems / 4; ++p) {
               const float4 xv =
                   *reinterpret_cast<const float4*>(xr + staged_index<kElems>(c, 4 * p));
-              dot = fmaf(w[4 * p], xv.x, dot);
-              dot = fmaf(w[4 * p + 1], xv.y, dot);
-              dot = fmaf(w[4 * p + 2], xv.z, dot);
-              dot = fmaf(w[4 * p + 3], xv.w, dot);
+              d[0 % kChains] = fmaf(w[4 * p], xv.x, d[0 % kChains]);
+              d[1 % kChains] = fmaf(w[4 * p + 1], xv.y, d[1 % kChains]);
+              d[2 % kChains] = fmaf(w[4 * p + 2], xv.z, d[2 % kChains]);
+              d[3 % kChains] = fmaf(w[4 * p + 3], xv.w, d[3 % kChains]);
             }
+            float dot = d[0];
+            if constexpr (kChains == 4) dot = (d[0] + d[1]) + (d[2] + d[3]);
             if constexpr (kOffset) {
               dot = fmaf(dot, 256.0f, -136.0f * vector_sums[r * kTileVectors + c]);
             }
