@@ -35,12 +35,14 @@ ROWS = [row("add_0"), row("add_1", undelegated={"aten::cumsum": 1}),
         row("sort_0", "SUCCESS_UNDELEGATED", delegated={}, undelegated={"aten::sort": 1},
             staged=False),
         row("conv_0", "LOWER_FAIL", delegated={}, staged=False, error="ValueError: bad"),
-        row("pool_0", "SKIPPED", delegated={}, staged=False)]
+        row("pool_0", "SKIPPED", delegated={}, staged=False),
+        row("bag_0", "OUTPUT_MISMATCH_FAIL", staged=False, error="AssertionError: Output 0")]
 
 
 def test_each_case_is_classified():
     assert [suite_summary.classify(r) for r in ROWS] == [
-        "fully delegated", "partially delegated", "not delegated", "lowering failed", "skipped"]
+        "fully delegated", "partially delegated", "not delegated", "lowering failed", "skipped",
+        "other failure"]
 
 
 def test_report_counts_cases_and_fills_the_gpu_columns(tmp_path):
@@ -53,7 +55,8 @@ def test_report_counts_cases_and_fills_the_gpu_columns(tmp_path):
                 "--markdown", str(out)]
     assert suite_summary.main() == 0
     text = out.read_text()
-    assert "| 5 | 1 (20.0 %) | 1 (20.0 %) | 1 (20.0 %) | 1 | 0 | 1 | 2 | 1 | 1 |" in text
+    assert "| 6 | 1 (16.7 %) | 1 (16.7 %) | 1 (16.7 %) | 1 | 1 | 1 | 2 | 1 | 1 |" in text
+    assert "bag_0 | OUTPUT_MISMATCH_FAIL | AssertionError: Output 0" in text
     assert "`aten::cumsum` (1)" in text and "conv_0 | LOWER_FAIL | ValueError: bad" in text
     assert "| add_1 | output 0: max abs error 1 > 1e-4 |" in text
 
