@@ -16,7 +16,7 @@ from .partitioner import KilnPartitioner
 # it to ExecuTorch's CPU kernels.
 NON_CORE_CPU_OPS = [torch.ops.aten.erfinv.default, torch.ops.aten.adaptive_max_pool2d.default,
                     torch.ops.aten.median.default, torch.ops.aten.median.dim,
-                    torch.ops.aten.adaptive_max_pool3d.default]
+                    torch.ops.aten.adaptive_max_pool3d.default, torch.ops.aten.round.decimals]
 
 
 def lower(module, example_inputs, precision="fp32", dynamic_shapes=None, compile_config=None,

@@ -73,6 +73,8 @@ CASES = {
     "mul_scalar": (lambda m, x: x * 0.25, (x45,)),
     "div": (lambda m, x, y: x / (y.abs() + 0.5), (x45, y45)),
     "div_floor": (lambda m, x, y: torch.div(x, y.abs() + 0.5, rounding_mode="floor"), (x45, y45)),
+    # trunc division: the quotient, then trunc (negative quotients round toward zero).
+    "div_trunc": (lambda m, x, y: torch.div(x * 3, y.abs() + 0.5, rounding_mode="trunc"), (x45, y45)),
     "remainder": (lambda m, x: torch.remainder(x, 0.7), (x45,)),
     "maximum_minimum": (lambda m, x, y: torch.maximum(x, y) - torch.minimum(x, y), (x45, y45)),
     "pow_tensor": (lambda m, x, y: x.abs() ** y, (x45, y45)),
@@ -231,6 +233,12 @@ CASES = {
                       (randn(4, 8), randn(4, 2))),
     "copy_broadcast_cast": (lambda m, x, y: (x * 1).copy_(y.int()), (x45, randn(5) * 4)),
     # Rounding, logarithms, elu, fmod.
+    # round with decimals: halves of the scaled value go to even, negative decimals round to
+    # tens; inf and nan pass through.
+    "round_decimals": (lambda m, x: torch.stack([torch.round(x, decimals=1), torch.round(x, decimals=2),
+                                                 torch.round(x * 1000, decimals=-2)]),
+                       (torch.tensor([1.44, 1.45, 1.46, -1.45, 0.125, 2.5, 149.96, float("inf"),
+                                      float("-inf"), float("nan")]),)),
     "ceil_floor_trunc_round": (lambda m, x: torch.stack(
         [torch.ceil(x), torch.floor(x), torch.trunc(x), torch.round(x)]),
         (torch.tensor([-2.5, -1.5, -0.5, -0.2, 0.0, 0.5, 1.5, 2.5, 2.7, -3.7]),)),
@@ -534,6 +542,8 @@ def refused(found, op):
 
 
 @pytest.mark.parametrize("fn, inputs, op, reason", [
+    (lambda m, x, y: torch.div(x, y, rounding_mode="trunc"), (randint(9, 4, 5), randint(9, 4, 5) + 1),
+     "aten.div.Tensor_mode", "integer division with rounding_mode='trunc'"),
     (lambda m, x: torch.cumprod(x, 0), (x45,), "aten.cumprod.default",
      "not in Kiln's operator table"),
     (lambda m, x: x * 2, (x45.double(),), "aten.mul.Tensor", "dtype torch.float64"),

@@ -2,7 +2,7 @@
 
 import torch
 
-from ..blob_format import BinaryKind, Opcode
+from ..blob_format import BinaryKind, Opcode, UnaryKind
 from .common import (FLOAT, any_input, arguments, bool_only, broadcast_strides, coalesce,
                      contiguous_strides, dtype, shape)
 from . import rope
@@ -26,10 +26,12 @@ def _arithmetic_check(node, ctx):
 
 def _division_check(node, ctx):
     mode = arguments(node).get("rounding_mode")
-    if mode not in (None, "floor"):
-        return f"rounding_mode={mode!r} (Kiln has true and floor division)"
+    if mode not in (None, "floor", "trunc"):
+        return f"rounding_mode={mode!r}"
     if mode is None and dtype(node) not in FLOAT:
         return "true division with an integer result"
+    if mode == "trunc" and dtype(node) not in FLOAT:
+        return "integer division with rounding_mode='trunc' (Kiln divides integers with floor)"
     return _arithmetic_check(node, ctx)
 
 
@@ -85,8 +87,16 @@ family.register_kinds(bool_only, _binary, {BinaryKind.LOGICAL_AND: aten.bitwise_
 
 @family.lowers(aten.div.Tensor_mode, check=_division_check)
 def _div_mode(lw, node):
-    floor = arguments(node)["rounding_mode"] == "floor"
-    return _binary(BinaryKind.FLOOR_DIV if floor else BinaryKind.DIV)(lw, node)
+    mode = arguments(node)["rounding_mode"]
+    if mode != "trunc":
+        return _binary(BinaryKind.FLOOR_DIV if mode == "floor" else BinaryKind.DIV)(lw, node)
+    # trunc(a / b), as eager computes it for floats: the true quotient, then kUnary TRUNC. (In a
+    # bf16 / fp16 program the quotient is stored in that type before the trunc.)
+    a, b = node.args[:2]
+    quotient = lw.binary(BinaryKind.DIV, a, b, shape(node), dtype(node), 1, node.name + "_quotient")
+    out = lw.new(node)
+    lw.g.add_op(Opcode.UNARY, kind=UnaryKind.TRUNC, x=quotient, out=out, p0=0.0, p1=0.0)
+    return out
 
 
 @family.lowers(aten.where.self, check=any_input)

@@ -4,8 +4,9 @@ import math
 
 import torch
 
-from ..blob_format import UnaryKind
-from .common import any_input, arguments, bool_only, floating_input, numeric_input
+from ..blob_format import BinaryKind, Opcode, UnaryKind
+from .common import (Value, any_input, arguments, bool_only, dtype, floating_input, numeric_input,
+                     shape)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -67,6 +68,22 @@ family.register_kinds(numeric_input, _unary, {UnaryKind.RELU: aten.relu.default,
 family.register_kinds(any_input, _unary, {UnaryKind.LOGICAL_NOT: aten.logical_not.default})
 # Bitwise not of a Bool tensor is the logical one.
 family.register_kinds(bool_only, _unary, {UnaryKind.LOGICAL_NOT: aten.bitwise_not.default})
+
+
+@family.lowers(aten.round.decimals, check=floating_input)
+def _round_decimals(lw, node):
+    """round(x * 10^d) / 10^d (d < 0: round(x / 10^-d) * 10^-d), eager's order of operations with
+    the power of ten as a float: kBinary, kUnary ROUND (half to even), kBinary."""
+    decimals = arguments(node)["decimals"]
+    if decimals == 0:
+        return lw.unary(node, UnaryKind.ROUND)
+    power = float(10.0 ** abs(decimals))
+    into, back = (BinaryKind.MUL, BinaryKind.DIV) if decimals > 0 else (BinaryKind.DIV, BinaryKind.MUL)
+    out_shape, out_dtype = shape(node), dtype(node)
+    scaled = lw.binary(into, node.args[0], power, out_shape, out_dtype, 1, node.name + "_scaled")
+    rounded = lw.g.add_tensor(out_dtype, out_shape, name=node.name + "_rounded")
+    lw.g.add_op(Opcode.UNARY, kind=UnaryKind.ROUND, x=scaled, out=rounded, p0=0.0, p1=0.0)
+    return lw.binary(back, Value(rounded, out_shape), power, out_shape, out_dtype, 1, node.name)
 
 
 @family.lowers(aten.gelu.default, check=_gelu_check)
