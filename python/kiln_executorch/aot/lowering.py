@@ -229,10 +229,15 @@ class _Lowering:
                       a_strides=a_strides, b_strides=b_strides)
         return out
 
-    def unary(self, node, kind, p0=0.0, p1=0.0):
-        out = self.new(node)
-        self.g.add_op(Opcode.UNARY, kind=kind, x=self.tensor(node.args[0]), out=out,
-                      p0=float(p0), p1=float(p1))
+    def unary(self, node, kind, p0=0.0, p1=0.0, x=None):
+        """kUnary into the node's value, of its first argument or of the IR tensor `x`."""
+        source = self.tensor(node.args[0]) if x is None else x
+        return self.unary_of(kind, source, _shape(node), _dtype(node), p0, p1, node.name)
+
+    def unary_of(self, kind, x, out_shape, out_dtype, p0=0.0, p1=0.0, name=""):
+        """kUnary of the IR tensor `x` into a new tensor (a step inside one node's lowering)."""
+        out = self.g.add_tensor(out_dtype, out_shape, name=name)
+        self.g.add_op(Opcode.UNARY, kind=kind, x=x, out=out, p0=float(p0), p1=float(p1))
         return out
 
     def copy(self, x, out, sizes, in_offset, in_strides, out_offset, out_strides):

@@ -94,9 +94,7 @@ def _div_mode(lw, node):
     # bf16 / fp16 program the quotient is stored in that type before the trunc.)
     a, b = node.args[:2]
     quotient = lw.binary(BinaryKind.DIV, a, b, shape(node), dtype(node), 1, node.name + "_quotient")
-    out = lw.new(node)
-    lw.g.add_op(Opcode.UNARY, kind=UnaryKind.TRUNC, x=quotient, out=out, p0=0.0, p1=0.0)
-    return out
+    return lw.unary(node, UnaryKind.TRUNC, x=quotient)
 
 
 @family.lowers(aten.where.self, check=any_input)

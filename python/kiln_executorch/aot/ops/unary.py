@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from ..blob_format import BinaryKind, Opcode, UnaryKind
+from ..blob_format import BinaryKind, UnaryKind
 from .common import (Value, any_input, arguments, bool_only, dtype, floating_input, numeric_input,
                      shape)
 from .registry import Family
@@ -81,8 +81,7 @@ def _round_decimals(lw, node):
     into, back = (BinaryKind.MUL, BinaryKind.DIV) if decimals > 0 else (BinaryKind.DIV, BinaryKind.MUL)
     out_shape, out_dtype = shape(node), dtype(node)
     scaled = lw.binary(into, node.args[0], power, out_shape, out_dtype, 1, node.name + "_scaled")
-    rounded = lw.g.add_tensor(out_dtype, out_shape, name=node.name + "_rounded")
-    lw.g.add_op(Opcode.UNARY, kind=UnaryKind.ROUND, x=scaled, out=rounded, p0=0.0, p1=0.0)
+    rounded = lw.unary_of(UnaryKind.ROUND, scaled, out_shape, out_dtype, name=node.name + "_rounded")
     return lw.binary(back, Value(rounded, out_shape), power, out_shape, out_dtype, 1, node.name)
 
 
