@@ -34,7 +34,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ..quantize import quantize
 from .blob_format import BinaryKind, Epilogue, Opcode, Precision, Storage
 from .ir import Graph
-from .ops import OPS, SHAPE_ONLY
+from .ops import OPS, SHAPE_ONLY, UNINITIALIZED
 from .ops.matmul import IN_PLACE
 from .ops.common import (KilnLoweringError, Value, aten_op, broadcast_strides, coalesce,
                          contiguous_strides, uniform, val)
@@ -157,7 +157,10 @@ class _Lowering:
 
     def _evaluate(self, node):
         """Runs the node with torch on its constant inputs. The only ops that get here with a
-        non-constant input are the shape-only ones (full_like, ...): it gets a placeholder."""
+        non-constant input are the shape-only ones (full_like, ...): it gets a placeholder. An
+        uninitialized tensor (empty) is zeros: a fill, never a weight of whatever memory held."""
+        if UNINITIALIZED in OPS[aten_op(node)].traits:
+            return torch.zeros(_shape(node), dtype=_dtype(node))
         def value(n):
             if n in self.const:
                 return self.const[n]

@@ -430,6 +430,27 @@ CASES = {
                         (randint(4, 5, 6),)),
     "median_nan": (lambda m, x: torch.median(x, -1).values, (torch.tensor(
         [[1.0, float("nan"), 3.0, 0.5], [4.0, -1.0, 2.0, 2.0]]),)),
+    # median.dim's indices (the first position of the median, or of the first NaN: argmax of a
+    # mask) and adaptive max pooling's (window gather, argmax, table lookup) in 1-D, 2-D, 3-D.
+    "median_indices": (lambda m, x: tuple(torch.median(x * 2, 1, keepdim=True)), (randn(3, 6, 4),)),
+    "median_indices_nan_row": (lambda m, x: torch.median(x, -1).indices, (torch.tensor(
+        [[1.0, float("nan"), 3.0, float("nan")], [4.0, -1.0, 2.0, 0.5]]),)),
+    "adaptive_max_pool_indices": (lambda m, x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+                                  (randn(2, 3, 7, 9),)),
+    "adaptive_max_pool_indices_uniform": (
+        lambda m, x: F.adaptive_max_pool2d(x, 2, return_indices=True)[1] * 2, (randn(1, 2, 4, 6),)),
+    "adaptive_max_pool1d_indices": (
+        lambda m, x: F.adaptive_max_pool1d(x + 1, 3, return_indices=True), (randn(2, 4, 7),)),
+    "adaptive_max_pool3d_indices": (
+        lambda m, x: F.adaptive_max_pool3d(x, (2, 3, 2), return_indices=True), (randn(1, 2, 5, 7, 4),)),
+    # circular padding: ExecuTorch builds the padded input in an empty tensor (evaluated as a
+    # zero fill) with slice copies into it.
+    "conv_circular_padding": (lambda m, x, y: (m.c1(x), m.c2(y)), (randn(1, 3, 9), randn(1, 2, 6, 5)),
+                              dict(c1=nn.Conv1d(3, 4, 3, padding=1, padding_mode="circular"),
+                                   c2=nn.Conv2d(2, 3, 3, padding=(2, 1), padding_mode="circular"))),
+    # mean / sum with dtype=: the input cast first, as torch does.
+    "mean_int_as_float": (lambda m, i: torch.mean(i, dim=1, dtype=torch.float32), (randint(10, 5, 6),)),
+    "sum_as_int32": (lambda m, i: torch.sum(i, dim=0, dtype=torch.int32), (randint(10, 5, 6),)),
     # embedding_bag (kEmbeddingBag, offsets read on the device): each mode, an empty bag with the
     # last offset closing the last bag, Int32 indices, and 2-D input (fixed-size bags).
     "embedding_bag_sum": (lambda m, i, o: m.bag(i, o) * 2, (torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]),
@@ -519,9 +540,12 @@ def test_operator_matches_eager(name):
     assert not_delegated(program) == [], "left outside Kiln"
     with torch.no_grad():
         expected = reference_module(module, options)(*inputs)
-    (actual,) = run_program(program, inputs)
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, equal_nan=True)
+    expected = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+    outputs = run_program(program, inputs)
+    assert len(outputs) == len(expected)
+    for actual, want in zip(outputs, expected):
+        assert actual.dtype == want.dtype and actual.shape == want.shape
+        torch.testing.assert_close(actual, want, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
 def decisions(module, inputs, exclude_ops=None, **export_kwargs):
@@ -579,8 +603,7 @@ def refused(found, op):
     (lambda m, x: torch.ops.aten.elu(x, 1.0, 1.0, 2.0), (x45,), "aten.elu.default",
      "input_scale"),
     (lambda m, x: x.argmax(1), (x45.double(),), "aten.argmax.default", "dtype torch.float64"),
-    (lambda m, x: torch.median(x, 1).indices, (x45,), "aten.median.dim",
-     "the indices output is used"),
+    (lambda m, x: torch.mean(x, 1, dtype=torch.float64), (x45,), "aten.mean.dim", "float64"),
     (lambda m, i, o, w: F.embedding_bag(i, m.table, o, mode="sum", per_sample_weights=w),
      (randint(10, 6), torch.tensor([0, 2]), randn(6)), "aten._embedding_bag.default",
      "per_sample_weights"),

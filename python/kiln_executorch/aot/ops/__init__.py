@@ -8,11 +8,11 @@ tests/python/aot/test_operators.py): register the overload there with `family.re
 
 from . import (binary, constants, embedding, matmul, normalization, reductions, spatial, state,
                unary, views, indexing, movement, attention, resampling, volumetric)
-from .registry import (CONSTANT, NOT_SUPPORTED, OPS, SHAPE_ONLY, STATE_UPDATE, VIEW, OpDef,
-                       with_trait)
+from .registry import (CONSTANT, NOT_SUPPORTED, OPS, SHAPE_ONLY, STATE_UPDATE, UNINITIALIZED,
+                       VIEW, OpDef, with_trait)
 
 FAMILIES = (binary, unary, matmul, views, normalization, spatial, reductions, embedding, state,
             constants, indexing, movement, attention, resampling, volumetric)
 
 __all__ = ["CONSTANT", "FAMILIES", "NOT_SUPPORTED", "OPS", "OpDef", "SHAPE_ONLY", "STATE_UPDATE",
-           "VIEW", "with_trait"]
+           "UNINITIALIZED", "VIEW", "with_trait"]

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ..blob_format import Opcode, ReduceKind
-from .common import (any_input, aten_op, arguments, dtype, floating_input, numeric_input,
+from ..blob_format import BinaryKind, Opcode, ReduceKind, UnaryKind
+from .common import (FLOAT, Value, any_input, aten_op, arguments, dtype, floating_input, numeric_input,
                      only_first_output_used, shape, wrap_dim)
 from .registry import Family
 
@@ -16,10 +16,12 @@ family = Family(__name__)
 
 
 def _sum_mean_check(node, ctx):
+    """sum / mean with dtype=: torch casts the input to it first (the lowering does too), so a
+    mean of integers with a floating dtype runs; a Float64 one is refused by the dtype check."""
     want = arguments(node)["dtype"]
     if want not in (None, dtype(node)):
         return f"dtype={want}"
-    if aten_op(node) == aten.mean.dim:
+    if aten_op(node) == aten.mean.dim and (want or dtype(node.args[0])) not in FLOAT:
         return floating_input(node, ctx)
     return None
 
@@ -38,6 +40,9 @@ def _reduce(lw, node, kind, dims):
             runs.append([d])
     runs = runs or [[]]
     cur = lw.tensor(x)
+    want = arguments(node).get("dtype")
+    if want is not None and want != dtype(x):   # sum / mean(x, dtype=d) reduce x.to(d)
+        cur = lw.unary_of(UnaryKind.IDENTITY, cur, shape(x), want, name=f"{node.name}_as_{want}")
     for i, run in enumerate(reversed(runs)):
         start, end = (run[0], run[-1] + 1) if run else (0, 0)
         reduced = math.prod(sizes[start:end])
@@ -80,13 +85,6 @@ def _along_one_dim_check(node, ctx):
     return None
 
 
-def _median_check(node, ctx):
-    if aten_op(node) == aten.median.dim:   # (values, indices); median.default has no indices
-        return only_first_output_used(node, "the indices output") or \
-            _along_one_dim_check(node, ctx)
-    return _along_one_dim_check(node, ctx)
-
-
 def _along_one_dim(kind):
     def lower(lw, node):
         """argmax / argmin(x, dim=None, keepdim=False), median(x) and median(x, dim, keepdim):
@@ -102,14 +100,39 @@ def _along_one_dim(kind):
         out = lw.new(node)
         lw.g.add_op(Opcode.REDUCE, kind=kind, x=lw.tensor(x), out=out, outer=outer,
                     reduce=reduced, inner=inner)
-        return (out, None) if aten_op(node) == aten.median.dim else out
+        if aten_op(node) != aten.median.dim:
+            return out
+        indices = None if only_first_output_used(node, "") is None else \
+            _median_indices(lw, node, out, (outer, reduced, inner))
+        return out, indices
     return lower
+
+
+def _median_indices(lw, node, median, view):
+    """median.dim's indices: the first position along the axis that holds the median (x == m),
+    or, when the median is NaN, the first NaN (x != x: only an axis with a NaN has one), as the
+    argmax of that mask. torch leaves which of equal elements it names unspecified."""
+    x = lw.tensor(node.args[0])
+    outer, reduced, inner = view
+    x3, m3 = Value(lw.g.add_alias(x, view), view), Value(lw.g.add_alias(median, (outer, 1, inner)),
+                                                         (outer, 1, inner))
+    name = node.name
+    equal = lw.binary(BinaryKind.EQ, x3, m3, view, torch.bool, name=f"{name}_at_median")
+    nan = lw.binary(BinaryKind.NE, x3, x3, view, torch.bool, name=f"{name}_nan")
+    hit = lw.binary(BinaryKind.LOGICAL_OR, Value(equal, view), Value(nan, view), view, torch.bool,
+                    name=f"{name}_hit")
+    # argmax reads numbers (torch has no Bool argmax): the mask as Int32.
+    hit = lw.unary_of(UnaryKind.IDENTITY, hit, view, torch.int32, name=f"{name}_hit_int")
+    indices = lw.g.add_tensor(torch.int64, lw.g.tensors[median].shape, name=f"{name}_indices")
+    lw.g.add_op(Opcode.REDUCE, kind=ReduceKind.ARGMAX, x=hit, out=indices, outer=outer,
+                reduce=reduced, inner=inner)
+    return indices
 
 
 family.register_kinds(_along_one_dim_check, _along_one_dim,
                       {ReduceKind.ARGMAX: aten.argmax.default,
                        ReduceKind.ARGMIN: aten.argmin.default})
-family.register_kinds(_median_check, _along_one_dim,
+family.register_kinds(_along_one_dim_check, _along_one_dim,
                       {ReduceKind.MEDIAN: (aten.median.default, aten.median.dim)})
 
 

@@ -18,7 +18,8 @@ VIEW = "view"                  # a view of a contiguous tensor: no data moves, n
 STATE_UPDATE = "state_update"  # writes program state the delegate owns (e.g. a KV cache)
 CONSTANT = "constant"          # evaluated ahead of time by the lowering, never an op in the blob
 SHAPE_ONLY = "shape_only"      # its value depends on its input's shape and dtype, not its values
-TRAITS = (VIEW, STATE_UPDATE, CONSTANT, SHAPE_ONLY)
+UNINITIALIZED = "uninitialized"  # empty: any value is its value until written; evaluated as zeros
+TRAITS = (VIEW, STATE_UPDATE, CONSTANT, SHAPE_ONLY, UNINITIALIZED)
 
 
 @dataclass(frozen=True)

@@ -163,10 +163,6 @@ def _uniform(n_in, n_out):
     return n_in % n_out == 0
 
 
-def _adaptive_max_check(node, ctx):
-    return only_first_output_used(node, "the indices output") or _image_check(node, ctx)
-
-
 def _uniform_pool(lw, node, kind):
     """A kPool2d of the uniform windows; pooling to the input's own size (VGG's 7x7 -> 7x7) is a
     view: every window is one element."""
@@ -236,9 +232,12 @@ def _max_axis(lw, x, x_shape, axis, n_out, out_dtype, name):
     return out, out_shape
 
 
-@family.lowers(aten.adaptive_max_pool2d.default, check=_adaptive_max_check)
+@family.lowers(aten.adaptive_max_pool2d.default, check=_image_check)
 def _adaptive_max(lw, node):
-    """Uniform windows: a kPool2d. Otherwise the windows of W, then of H (max is separable)."""
+    """Uniform windows: a kPool2d. Otherwise the windows of W, then of H (max is separable).
+    A program that reads the indices gets adaptive_max_with_indices instead."""
+    if only_first_output_used(node, "") is not None:
+        return adaptive_max_with_indices(lw, node, 2)
     (_, _, h, w), (_, _, ho, wo) = shape(node.args[0]), shape(node)
     if _uniform(h, ho) and _uniform(w, wo):
         return _uniform_pool(lw, node, PoolKind.MAX), None
@@ -246,3 +245,51 @@ def _adaptive_max(lw, node):
     cur, cur_shape = _max_axis(lw, cur, cur_shape, 3, wo, dtype(node), f"{node.name}_w")
     cur, _ = _max_axis(lw, cur, cur_shape, 2, ho, dtype(node), node.name)
     return cur, None
+
+
+def _window_table(in_sizes, out_sizes):
+    """[outputs, K] Int64: for each output position (row-major), the flat positions in the input
+    plane of its adaptive window, row-major, padded to the widest window (K elements) by
+    repeating the last position along each axis. A repeat always follows the position it
+    repeats, so the first maximum over a row is the window's first in row-major order."""
+    axes = []
+    for n_in, n_out in zip(in_sizes, out_sizes):
+        windows = torch.tensor(_windows(n_in, n_out))              # [n_out, 2]: start, end
+        k = int((windows[:, 1] - windows[:, 0]).max())
+        axes.append(torch.minimum(windows[:, :1] + torch.arange(k), windows[:, 1:] - 1))
+    table = torch.zeros((1, 1), dtype=torch.int64)
+    for positions, stride in zip(axes, contiguous_strides(list(in_sizes))):
+        # [outputs, K] x [n_out, k] -> [outputs * n_out, K * k], this axis the faster one.
+        table = (table[:, None, :, None] + positions[None, :, None, :] * stride).reshape(
+            table.shape[0] * positions.shape[0], table.shape[1] * positions.shape[1])
+    return table
+
+
+def adaptive_max_with_indices(lw, node, spatial):
+    """(values, indices) of adaptive_max_pool2d / 3d over the last `spatial` axes: every output's
+    window gathered from the flattened plane (_window_table), a kReduce AMAX and ARGMAX over each
+    window, and the argmax's flat position read from the table: torch's index within the plane
+    (h * W + w; d * H * W + h * W + w). For a window with a NaN, torch names its last NaN, Kiln
+    its first (the values agree)."""
+    x = node.args[0]
+    in_sizes, out_sizes = shape(x)[-spatial:], shape(node)[-spatial:]
+    planes, plane = math.prod(shape(x)[:-spatial]), math.prod(in_sizes)
+    table = _window_table(in_sizes, out_sizes)
+    outputs, k = table.shape
+    windows = lw.g.add_tensor(dtype(node), (planes, outputs * k), name=f"{node.name}_windows")
+    lw.g.add_op(Opcode.GATHER, x=lw.g.add_alias(lw.tensor(x), (planes, plane)),
+                index=lw.g.add_weight(table.reshape(-1), name=f"{node.name}_window_index"),
+                out=windows, rank=2, sizes=[planes, outputs * k], x_strides=[plane, 0],
+                index_strides=[0, 1], index_stride=1, dim_size=plane)
+    values = lw.new(node)
+    lw.g.add_op(Opcode.REDUCE, kind=ReduceKind.AMAX, x=windows, out=values,
+                outer=planes * outputs, reduce=k, inner=1)
+    arg = lw.g.add_tensor(torch.int64, (planes, outputs), name=f"{node.name}_argmax")
+    lw.g.add_op(Opcode.REDUCE, kind=ReduceKind.ARGMAX, x=windows, out=arg,
+                outer=planes * outputs, reduce=k, inner=1)
+    # indices[p, o] = table[o, arg[p, o]]
+    indices = lw.g.add_tensor(torch.int64, shape(node), name=f"{node.name}_indices")
+    lw.g.add_op(Opcode.GATHER, x=lw.g.add_weight(table, name=f"{node.name}_window_positions"),
+                index=arg, out=indices, rank=2, sizes=[planes, outputs], x_strides=[0, k],
+                index_strides=[outputs, 1], index_stride=1, dim_size=k)
+    return values, indices

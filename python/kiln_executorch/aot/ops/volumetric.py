@@ -22,7 +22,7 @@ import torch
 from ..blob_format import Epilogue, Opcode, PoolKind
 from .common import (arguments, contiguous_strides, dtype, floating_input,
                      only_first_output_used, shape, val)
-from .resampling import _average_axis, _max_axis
+from .resampling import _average_axis, _max_axis, adaptive_max_with_indices
 from .registry import Family
 
 aten = torch.ops.aten
@@ -219,6 +219,8 @@ def _adaptive_avg_pool3d(lw, node):
     return _adaptive3d(lw, node, _average_axis)
 
 
-@family.lowers(aten.adaptive_max_pool3d.default, check=_max_pool3d_check)
+@family.lowers(aten.adaptive_max_pool3d.default, check=_volume_check)
 def _adaptive_max_pool3d(lw, node):
+    if only_first_output_used(node, "") is not None:   # the indices are read
+        return adaptive_max_with_indices(lw, node, 3)
     return _adaptive3d(lw, node, _max_axis), None
