@@ -3,6 +3,7 @@ on the same GPU, its bad-input errors, and decode/prefill timings against torch 
 torch.compile(mode="reduce-overhead") of the same HF model with the same static cache.
 
     check_llm.py --dir DIR --runner PATH/kiln_runner [--steps 32] [--no-compile] [--no-timings]
+    (KILN_LLM_NO_COMPILE=1: --no-compile when scripts/gpu-check.sh run starts it)
 
 Per program (one line each, PASS/FAIL):
 - the model is rebuilt here from its config and seed (bench/real_models.py) and its weights'
@@ -348,7 +349,11 @@ def main():
     def options(parser):
         parser.add_argument("--steps", type=int, default=32)
         parser.add_argument("--no-timings", action="store_true", help="check tokens and errors only")
-        parser.add_argument("--no-compile", action="store_true")
+        parser.add_argument("--no-compile", action="store_true",
+                            default=os.environ.get("KILN_LLM_NO_COMPILE") == "1",
+                            help="no torch.compile timings (default from KILN_LLM_NO_COMPILE=1, "
+                                 "for scripts/gpu-check.sh run: the whole 1B model's compile "
+                                 "runs past one call's time)")
         parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
 
     args = e2e_args.parse(__doc__, options)

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -81,17 +82,26 @@ def run_case(runner: Path, directory: Path, case: dict, errors: list | None = No
     return None
 
 
-def checked_cases(args):
-    """(case, why, errors) for every case of args.dir's manifest, run through kiln_runner: why is
-    None or what differs (a timeout or an unreadable file is that case's failure), errors the
-    relative errors of its floating outputs."""
-    for case in json.loads((args.dir / "manifest.json").read_text()):
+def checked_cases(args, jobs: int = 1):
+    """(case, why, errors) for every case of args.dir's manifest, run through kiln_runner, in the
+    manifest's order: why is None or what differs (a timeout or an unreadable file is that case's
+    failure), errors the relative errors of its floating outputs. jobs > 1 runs that many
+    kiln_runner processes at once (each its own CUDA context on the one GPU: the suite's hundreds
+    of small programs are dominated by process start-up)."""
+    def check(case):
         errors = []
         try:
             why = run_case(args.runner, args.dir, case, errors)
         except Exception as e:
             why = f"{type(e).__name__}: {e}"
-        yield case, why, errors
+        return case, why, errors
+
+    cases = json.loads((args.dir / "manifest.json").read_text())
+    if jobs <= 1:
+        yield from map(check, cases)
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(check, cases)
 
 
 def main() -> int:

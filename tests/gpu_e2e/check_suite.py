@@ -6,7 +6,7 @@ check_operators.py compares (floating outputs within 1e-4 of the output's magnit
 
     check_suite.py --dir DIR --runner PATH/kiln_runner
 
-Prints one line per case and 'N passed, M failed'; writes {case: null | why} to
+Runs 8 cases at a time (one GPU, one CUDA context each). Prints one line per case and 'N passed, M failed'; writes {case: null | why} to
 $KILN_E2E_OUT/suite_gpu.json when set (scripts/gpu-check.sh run sets it to its results folder;
 bench/suite_summary.py --gpu reads it). Exits non-zero on any failure. Needs numpy only.
 """
@@ -23,7 +23,7 @@ check_operators.TOLERANCE.setdefault("float64", 1e-4)
 def main() -> int:
     args = e2e_args.parse(__doc__)
     results = {}
-    for case, why, _ in check_operators.checked_cases(args):
+    for case, why, _ in check_operators.checked_cases(args, jobs=8):
         results[case["case"]] = why
         print(f"suite {case['case']}: {'ok' if why is None else 'FAIL ' + why}", flush=True)
     failed = sum(why is not None for why in results.values())
