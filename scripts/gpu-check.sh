@@ -28,6 +28,10 @@
 #       latency comparison with torch eager / torch.compile, and bench/roofline.py (the FFN block
 #       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
+#   scripts/gpu-check.sh pylib
+#       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama model (1.3 MiB), which
+#       run puts first on PYTHONPATH when it is carried (the whole 1B LLM bundle leaves no room for
+#       the 13 MiB wheel in .whl/).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
 #       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
 #       keys) through kiln_runner and over the engine's GPU tests (or those F selects), and
@@ -139,6 +143,13 @@ run|sanitize)
   if compgen -G "$root/.whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$stage/pylib" \
       "$root"/.whl/*.whl || { echo "gpu-check: cannot install the wheels of .whl/" >&2; exit 1; }
+    export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  # Or a trimmed copy of the pinned transformers (.gpu/pylib.tar.xz, from `gpu-check.sh pylib`):
+  # the LLM check's eager reference where the wheel does not fit beside a large bundle.
+  if [ -f "$root/.gpu/pylib.tar.xz" ]; then
+    mkdir -p "$stage/pylib" && tar -xJf "$root/.gpu/pylib.tar.xz" -C "$stage/pylib" \
+      || { echo "gpu-check: cannot unpack .gpu/pylib.tar.xz" >&2; exit 1; }
     export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
   fi
   python3 -c 'import importlib.metadata as m
@@ -269,6 +280,23 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   fi
   exit $status
+  ;;
+pylib)
+  # .gpu/pylib.tar.xz: the pinned transformers wheel's package with only the Llama model and the
+  # auto classes (1.3 MiB instead of the wheel's 13), for runs whose bundle leaves no room for the
+  # wheel (the whole 1B int8 / int4 programs); carry it with the bundle.
+  set -e
+  bash scripts/setup.sh > /dev/null
+  version=$(sed -n 's/^transformers==//p' pins.txt)
+  [ -n "$version" ] || { echo "gpu-check: pins.txt pins no transformers" >&2; exit 1; }
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  .venv/bin/pip download -q --no-deps -d "$tmp/wheel" "transformers==$version"
+  .venv/bin/python -m zipfile -e "$tmp"/wheel/transformers-*.whl "$tmp/pkg"
+  find "$tmp/pkg/transformers/models" -mindepth 1 -maxdepth 1 -type d \
+    ! -name llama ! -name auto -exec rm -rf {} +
+  mkdir -p .gpu
+  tar -C "$tmp/pkg" -cf - transformers "transformers-$version.dist-info" | xz -9e > .gpu/pylib.tar.xz
+  echo "gpu-check: .gpu/pylib.tar.xz ($(du -h .gpu/pylib.tar.xz | cut -f1)), transformers $version"
   ;;
 *)
   echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K] [--profile]" >&2
