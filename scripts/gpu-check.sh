@@ -29,7 +29,7 @@
 #       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh pylib
-#       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama model (1.3 MiB), which
+#       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama model (1.4 MiB), which
 #       run puts first on PYTHONPATH when it is carried (the whole 1B LLM bundle leaves no room for
 #       the 13 MiB wheel in .whl/).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
@@ -283,7 +283,7 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
   ;;
 pylib)
   # .gpu/pylib.tar.xz: the pinned transformers wheel's package with only the Llama model and the
-  # auto classes (1.3 MiB instead of the wheel's 13), for runs whose bundle leaves no room for the
+  # auto classes (1.4 MiB instead of the wheel's 13), for runs whose bundle leaves no room for the
   # wheel (the whole 1B int8 / int4 programs); carry it with the bundle.
   set -e
   bash scripts/setup.sh > /dev/null

@@ -39,6 +39,14 @@ from executorch.exir import EdgeCompileConfig
 
 from kiln_executorch.aot import KilnPartitioner
 
+from .reference import run_program
+
+# numpy dtype names of the raw files (tests/gpu_e2e/check_operators.py reads them); bfloat16 is
+# stored as its 16 bits.
+NUMPY = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
+         torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
+         torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+
 
 def _name_return_types():
     """torch's pytree knows torch.return_types (median's (values, indices), ...) as structseqs
@@ -53,10 +61,10 @@ def _name_return_types():
     for name in ("median", "max", "min", "sort", "topk", "kthvalue", "mode"):
         cls = getattr(torch.return_types, name, None)
         node = pytree.SUPPORTED_NODES.get(cls)
-        if node is None or cls in pytree.SUPPORTED_SERIALIZED_TYPES and \
-                pytree.SUPPORTED_SERIALIZED_TYPES[cls].serialized_type_name != \
-                pytree.NO_SERIALIZED_TYPE_NAME_FOUND:
-            continue
+        named = pytree.SUPPORTED_SERIALIZED_TYPES.get(cls)
+        if node is None or (named is not None and
+                            named.serialized_type_name != pytree.NO_SERIALIZED_TYPE_NAME_FOUND):
+            continue   # not a pytree node here, or torch names it already
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # "already registered": the same functions again
             pytree._private_register_pytree_node(
@@ -66,14 +74,6 @@ def _name_return_types():
 
 
 _name_return_types()
-
-from .reference import run_program
-
-# numpy dtype names of the raw files (tests/gpu_e2e/check_operators.py reads them); bfloat16 is
-# stored as its 16 bits.
-NUMPY = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
-         torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
-         torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
 
 
 class _KilnLower(_Lower):

@@ -6,9 +6,9 @@ check_operators.py compares (floating outputs within 1e-4 of the output's magnit
 
     check_suite.py --dir DIR --runner PATH/kiln_runner
 
-Runs 8 cases at a time (one GPU, one CUDA context each). Prints one line per case and 'N passed, M failed'; writes {case: null | why} to
-$KILN_E2E_OUT/suite_gpu.json when set (scripts/gpu-check.sh run sets it to its results folder;
-bench/suite_summary.py --gpu reads it). Exits non-zero on any failure. Needs numpy only.
+Runs 8 cases at a time (one GPU, one CUDA context each). Prints one line per case and
+'N passed, M failed'; writes {case: null | why} to $KILN_E2E_OUT/suite_gpu.json when set
+(scripts/gpu-check.sh run sets it to its results folder; bench/suite_summary.py --gpu reads it). Exits non-zero on any failure. Needs numpy only.
 """
 from __future__ import annotations
 

@@ -156,6 +156,18 @@ def bool_only(node, ctx):
     return None
 
 
+def reads_output(node, i):
+    """Whether anything reads output i of a multi-output node (through getitem), or the node's
+    value whole."""
+    return any(user.target is not operator.getitem or user.args[1] == i for user in node.users)
+
+
+def reads_output(node, i):
+    """Whether anything reads output i of a multi-output node (a getitem of it, or the node's
+    whole value): a lowering computes an optional output (indices) only when it is read."""
+    return any(user.target is not operator.getitem or user.args[1] == i for user in node.users)
+
+
 def only_first_output_used(node, what):
     for user in node.users:
         if user.target is not operator.getitem or user.args[1] != 0:

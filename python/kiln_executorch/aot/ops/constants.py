@@ -1,5 +1,5 @@
-"""Creation ops (full, zeros, ones, arange, scalar_tensor, empty and their _like forms): the lowering
-evaluates them ahead of time, which static shapes always allow; a value whose elements are all
+"""Creation ops (full, zeros, ones, arange, scalar_tensor, empty and their _like forms): the
+lowering evaluates them ahead of time, which static shapes always allow; a value whose elements are all
 equal is written by kFill, any other is stored as a weight. Never an op of their own."""
 
 import torch

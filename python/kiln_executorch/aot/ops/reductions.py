@@ -7,8 +7,8 @@ import math
 import torch
 
 from ..blob_format import BinaryKind, Opcode, ReduceKind, UnaryKind
-from .common import (FLOAT, Value, any_input, aten_op, arguments, dtype, floating_input, numeric_input,
-                     only_first_output_used, shape, wrap_dim)
+from .common import (FLOAT, Value, any_input, aten_op, arguments, dtype, floating_input,
+                     numeric_input, reads_output, shape, wrap_dim)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -102,8 +102,8 @@ def _along_one_dim(kind):
                     reduce=reduced, inner=inner)
         if aten_op(node) != aten.median.dim:
             return out
-        indices = None if only_first_output_used(node, "") is None else \
-            _median_indices(lw, node, out, (outer, reduced, inner))
+        indices = _median_indices(lw, node, out, (outer, reduced, inner)) \
+            if reads_output(node, 1) else None
         return out, indices
     return lower
 
@@ -114,8 +114,8 @@ def _median_indices(lw, node, median, view):
     argmax of that mask. torch leaves which of equal elements it names unspecified."""
     x = lw.tensor(node.args[0])
     outer, reduced, inner = view
-    x3, m3 = Value(lw.g.add_alias(x, view), view), Value(lw.g.add_alias(median, (outer, 1, inner)),
-                                                         (outer, 1, inner))
+    kept = (outer, 1, inner)   # the median with the reduced axis kept, to broadcast against x
+    x3, m3 = Value(lw.g.add_alias(x, view), view), Value(lw.g.add_alias(median, kept), kept)
     name = node.name
     equal = lw.binary(BinaryKind.EQ, x3, m3, view, torch.bool, name=f"{name}_at_median")
     nan = lw.binary(BinaryKind.NE, x3, x3, view, torch.bool, name=f"{name}_nan")

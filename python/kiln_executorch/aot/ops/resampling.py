@@ -15,7 +15,7 @@ import torch
 
 from ..blob_format import BinaryKind, Opcode, PoolKind, ReduceKind
 from .common import (Value, arguments, contiguous_strides, dtype, floating_input,
-                     only_first_output_used, shape, val)
+                     reads_output, shape, val)
 from .registry import Family
 
 aten = torch.ops.aten
@@ -236,7 +236,7 @@ def _max_axis(lw, x, x_shape, axis, n_out, out_dtype, name):
 def _adaptive_max(lw, node):
     """Uniform windows: a kPool2d. Otherwise the windows of W, then of H (max is separable).
     A program that reads the indices gets adaptive_max_with_indices instead."""
-    if only_first_output_used(node, "") is not None:
+    if reads_output(node, 1):
         return adaptive_max_with_indices(lw, node, 2)
     (_, _, h, w), (_, _, ho, wo) = shape(node.args[0]), shape(node)
     if _uniform(h, ho) and _uniform(w, wo):
@@ -276,9 +276,9 @@ def adaptive_max_with_indices(lw, node, spatial):
     planes, plane = math.prod(shape(x)[:-spatial]), math.prod(in_sizes)
     table = _window_table(in_sizes, out_sizes)
     outputs, k = table.shape
+    positions = lw.g.add_weight(table.reshape(-1), name=f"{node.name}_window_positions")
     windows = lw.g.add_tensor(dtype(node), (planes, outputs * k), name=f"{node.name}_windows")
-    lw.g.add_op(Opcode.GATHER, x=lw.g.add_alias(lw.tensor(x), (planes, plane)),
-                index=lw.g.add_weight(table.reshape(-1), name=f"{node.name}_window_index"),
+    lw.g.add_op(Opcode.GATHER, x=lw.g.add_alias(lw.tensor(x), (planes, plane)), index=positions,
                 out=windows, rank=2, sizes=[planes, outputs * k], x_strides=[plane, 0],
                 index_strides=[0, 1], index_stride=1, dim_size=plane)
     values = lw.new(node)
@@ -287,9 +287,8 @@ def adaptive_max_with_indices(lw, node, spatial):
     arg = lw.g.add_tensor(torch.int64, (planes, outputs), name=f"{node.name}_argmax")
     lw.g.add_op(Opcode.REDUCE, kind=ReduceKind.ARGMAX, x=windows, out=arg,
                 outer=planes * outputs, reduce=k, inner=1)
-    # indices[p, o] = table[o, arg[p, o]]
+    # indices[p, o] = table[o, arg[p, o]]: the same table, read as [outputs, k]
     indices = lw.g.add_tensor(torch.int64, shape(node), name=f"{node.name}_indices")
-    lw.g.add_op(Opcode.GATHER, x=lw.g.add_weight(table, name=f"{node.name}_window_positions"),
-                index=arg, out=indices, rank=2, sizes=[planes, outputs], x_strides=[0, k],
+    lw.g.add_op(Opcode.GATHER, x=positions, index=arg, out=indices, rank=2, sizes=[planes, outputs], x_strides=[0, k],
                 index_strides=[outputs, 1], index_stride=1, dim_size=k)
     return values, indices

@@ -21,7 +21,7 @@ import torch
 
 from ..blob_format import Epilogue, Opcode, PoolKind
 from .common import (arguments, contiguous_strides, dtype, floating_input,
-                     only_first_output_used, shape, val)
+                     only_first_output_used, reads_output, shape, val)
 from .resampling import _average_axis, _max_axis, adaptive_max_with_indices
 from .registry import Family
 
@@ -221,6 +221,6 @@ def _adaptive_avg_pool3d(lw, node):
 
 @family.lowers(aten.adaptive_max_pool3d.default, check=_volume_check)
 def _adaptive_max_pool3d(lw, node):
-    if only_first_output_used(node, "") is not None:   # the indices are read
+    if reads_output(node, 1):
         return adaptive_max_with_indices(lw, node, 3)
     return _adaptive3d(lw, node, _max_axis), None
