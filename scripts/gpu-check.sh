@@ -30,7 +30,7 @@
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh pylib
 #       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama model (1.4 MiB), which
-#       run puts first on PYTHONPATH when it is carried (the whole 1B LLM bundle leaves no room for
+#       run puts first on the LLM check's PYTHONPATH when it is carried (the whole 1B LLM bundle leaves no room for
 #       the 13 MiB wheel in .whl/).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
 #       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
@@ -146,11 +146,14 @@ run|sanitize)
     export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
   fi
   # Or a trimmed copy of the pinned transformers (.gpu/pylib.tar.xz, from `gpu-check.sh pylib`):
-  # the LLM check's eager reference where the wheel does not fit beside a large bundle.
+  # the LLM check's eager reference where the wheel does not fit beside a large bundle. Only that
+  # check sees it: it holds the Llama model alone, so the real models' BERT (and a pylib left on
+  # the GPU machine by an earlier call) must not shadow the machine's full transformers.
+  llm_pythonpath=""
   if [ -f "$root/.gpu/pylib.tar.xz" ]; then
-    mkdir -p "$stage/pylib" && tar -xJf "$root/.gpu/pylib.tar.xz" -C "$stage/pylib" \
+    mkdir -p "$stage/pylib_llm" && tar -xJf "$root/.gpu/pylib.tar.xz" -C "$stage/pylib_llm" \
       || { echo "gpu-check: cannot unpack .gpu/pylib.tar.xz" >&2; exit 1; }
-    export PYTHONPATH="$stage/pylib${PYTHONPATH:+:$PYTHONPATH}"
+    llm_pythonpath="$stage/pylib_llm"
   fi
   python3 -c 'import importlib.metadata as m
 for p in ("torch", "torchvision", "transformers"):
@@ -254,7 +257,9 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
     name=$(basename "$check" .py); name=${name#check_}
     [ -d "$stage/e2e/$name" ] || { echo "== e2e $name: not staged (prepare --no-e2e?)"; continue; }
     echo "== e2e $name"
-    PYTHONUNBUFFERED=1 python3 "$check" --dir "$stage/e2e/$name" \
+    check_path="${PYTHONPATH:-}"
+    [ "$name" = llm ] && [ -n "$llm_pythonpath" ] && check_path="$llm_pythonpath${check_path:+:$check_path}"
+    PYTHONPATH="$check_path" PYTHONUNBUFFERED=1 python3 "$check" --dir "$stage/e2e/$name" \
       --runner "$stage/site/kiln_executorch/bin/kiln_runner" --bin "$stage/tests" \
       --install "$stage/site/kiln_executorch" 2>&1 | tee "$out/e2e_$name.log" | tail -40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
