@@ -3,7 +3,8 @@ KV cache (kiln_executorch.llm): the export (each method one Kiln delegate, no op
 ExecuTorch, both naming the same states in a state-key container, the program carrying its
 named-data entry) and, on the CPU through the reference interpreter, a chunked prefill followed by
 decode steps that give eager HF's greedy tokens and logits (HF run on the whole sequence without a
-cache: an independent reference for the cache, the masks and the positions)."""
+cache: an independent reference for the cache, the masks and the positions); Qwen3 and Qwen2
+decoders the same way."""
 
 import struct
 
@@ -167,3 +168,40 @@ def test_bf16_rotary_angles_stay_float32_past_position_256():
     casts = [op for op in g.ops if op.opcode == bf.Opcode.COPY
              and g.tensors[op.operands["x"]].dtype == torch.int64]
     assert casts and all(g.tensors[op.operands["out"]].dtype == torch.float32 for op in casts)
+
+
+def tiny_decoder(arch):
+    """A 2-layer Qwen3 (RMSNorm on each head's q and k before the rotary embedding, tied
+    embeddings) or Qwen2 (biased q / k / v projections) with norm weights away from 1, so that
+    the per-head norms count."""
+    import transformers
+
+    config_class, model_class = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+                                 "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}[arch]
+    config = getattr(transformers, config_class)(
+        num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=128, vocab_size=256, max_position_embeddings=128,
+        tie_word_embeddings=True, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                p.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
+def test_other_decoders_are_one_delegate_a_method_and_give_eager_greedy_tokens(arch):
+    model = tiny_decoder(arch)
+    edge = llm.lower_llm(model, MAX_CONTEXT, PREFILL, precision="fp32")
+    for method in llm.METHODS:
+        graph = edge.exported_program(method).graph
+        calls = {str(n.target) for n in graph.nodes if n.op == "call_function"}
+        assert calls == {"<built-in function getitem>", "executorch_call_delegate"}, (method, calls)
+    tokens, logits = llm.run_generation(ReferenceProgram(edge, torch.float32).run, PROMPT,
+                                        NEW_TOKENS, PREFILL, MAX_CONTEXT)
+    want, want_logits = llm.greedy_reference(model, PROMPT, NEW_TOKENS)
+    assert tokens == want
+    err = max(float((a - b).abs().max()) for a, b in zip(logits, want_logits))
+    assert err < 1e-4, err
