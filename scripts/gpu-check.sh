@@ -29,9 +29,9 @@
 #       against the measured copy bandwidth and bf16 matrix rate). Results go to $OUT (or .gpu/results)
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh pylib
-#       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama model (1.4 MiB), which
-#       run puts first on the LLM check's PYTHONPATH when it is carried (the whole 1B LLM bundle leaves no room for
-#       the 13 MiB wheel in .whl/).
+#       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama and Qwen3 models
+#       (1.4 MiB), which run puts first on the LLM check's PYTHONPATH when it is carried (the whole
+#       1B LLM bundle leaves no room for the 13 MiB wheel in .whl/).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
 #       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
 #       keys) through kiln_runner and over the engine's GPU tests (or those F selects), and
@@ -147,8 +147,8 @@ run|sanitize)
   fi
   # Or a trimmed copy of the pinned transformers (.gpu/pylib.tar.xz, from `gpu-check.sh pylib`):
   # the LLM check's eager reference where the wheel does not fit beside a large bundle. Only that
-  # check sees it: it holds the Llama model alone, so the real models' BERT (and a pylib left on
-  # the GPU machine by an earlier call) must not shadow the machine's full transformers.
+  # check sees it: it holds the Llama and Qwen3 models alone, so it (or a pylib left on the GPU
+  # machine by an earlier call) must not shadow the machine's full transformers for BERT.
   llm_pythonpath=""
   if [ -f "$root/.gpu/pylib.tar.xz" ]; then
     mkdir -p "$stage/pylib_llm" && tar -xJf "$root/.gpu/pylib.tar.xz" -C "$stage/pylib_llm" \
@@ -287,9 +287,9 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
   exit $status
   ;;
 pylib)
-  # .gpu/pylib.tar.xz: the pinned transformers wheel's package with only the Llama model and the
-  # auto classes (1.4 MiB instead of the wheel's 13), for runs whose bundle leaves no room for the
-  # wheel (the whole 1B int8 / int4 programs); carry it with the bundle.
+  # .gpu/pylib.tar.xz: the pinned transformers wheel's package with only the Llama and Qwen3
+  # models and the auto classes (1.4 MiB instead of the wheel's 13), for runs whose bundle leaves
+  # no room for the wheel (the whole 1B int8 / int4 programs); carry it with the bundle.
   set -e
   bash scripts/setup.sh > /dev/null
   version=$(sed -n 's/^transformers==//p' pins.txt)
@@ -298,7 +298,7 @@ pylib)
   .venv/bin/pip download -q --no-deps -d "$tmp/wheel" "transformers==$version"
   .venv/bin/python -m zipfile -e "$tmp"/wheel/transformers-*.whl "$tmp/pkg"
   find "$tmp/pkg/transformers/models" -mindepth 1 -maxdepth 1 -type d \
-    ! -name llama ! -name auto -exec rm -rf {} +
+    ! -name llama ! -name qwen3 ! -name auto -exec rm -rf {} +
   mkdir -p .gpu
   tar -C "$tmp/pkg" -cf - transformers "transformers-$version.dist-info" | xz -9e > .gpu/pylib.tar.xz
   echo "gpu-check: .gpu/pylib.tar.xz ($(du -h .gpu/pylib.tar.xz | cut -f1)), transformers $version"

@@ -1,7 +1,7 @@
-"""Exports HF Llama-architecture decoders with kiln_executorch.llm.export_llm (methods prefill and
-decode sharing the KV cache) for the GPU check (check_llm.py).
+"""Exports HF Llama-architecture (and Qwen3) decoders with kiln_executorch.llm.export_llm (methods
+prefill and decode sharing the KV cache) for the GPU check (check_llm.py).
 
-    export_llm.py --out DIR [--bench llama1b,llama1b_2l] [--variants bf16,bf16_int8]
+    export_llm.py --out DIR [--bench llama1b,llama1b_2l,qwen3_small] [--variants bf16,bf16_int8]
                                                   (or KILN_LLM_BENCH=..., KILN_LLM_VARIANTS=...)
 
 Always: `small` (2 layers, width 256, 8 heads / 2 KV heads, FFN 512, vocab 1024, cache 192 rows,
@@ -17,6 +17,8 @@ decode and prefill timings:
 about 5 GB of weights over both methods, xz-compressible (the seeded values tile). Its 2-layer cut
 took 10-12 GB of memory and ~4 minutes to export on a 2-core machine: the whole model needs ~40 GB.
 `--bench llama1b_2l` is that cut (2 of the 16 layers, the whole embedding and LM head).
+`--bench qwen3_small` is `small` as a Qwen3 decoder (per-head q / k RMSNorm, tied embeddings) in
+bf16 and bf16_int8.
 `--variants` keeps only those of each config's variants (e.g. bf16 alone: one export instead of
 three when only the runtime changed).
 
@@ -56,17 +58,24 @@ CONFIGS = {
 # full layers: 383M parameters): what a machine with ~24 GB can export. Its decode reads the same
 # per-layer and LM-head matrices as the whole model, so its fraction of the HBM floor carries over.
 CONFIGS["llama1b_2l"] = ({**CONFIGS["llama1b"][0], "num_hidden_layers": 2},) + CONFIGS["llama1b"][1:]
+# The Qwen3 architecture (RMSNorm on each head's q and k, tied embeddings) at the small model's
+# size, for a GPU check of a second decoder family (--bench qwen3_small).
+CONFIGS["qwen3_small"] = ({**CONFIGS["small"][0], "head_dim": 32, "tie_word_embeddings": True},
+                          192, 32, ("bf16", "bf16_int8"))
+# config name -> HF architecture (Llama unless named here)
+ARCHITECTURES = {"qwen3_small": "Qwen3"}
 SEED = 0
 NEW_TOKENS = 40
 
 
 def build(name, seed=SEED):
     """The HF model of config `name` (eval, fp32) with weights regenerated from `seed`."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
-    config = LlamaConfig(attn_implementation="sdpa", **CONFIGS[name][0])
+    arch = ARCHITECTURES.get(name, "Llama")
+    config = getattr(transformers, f"{arch}Config")(attn_implementation="sdpa", **CONFIGS[name][0])
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = getattr(transformers, f"{arch}ForCausalLM")(config).eval()
     real_models.regenerate(model, seed)
     return model
 
@@ -84,7 +93,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--bench", default=os.environ.get("KILN_LLM_BENCH", ""),
-                        help="comma list of benchmark configs to add (llama1b, llama1b_2l)")
+                        help="comma list of configs to add (llama1b, llama1b_2l, qwen3_small)")
     parser.add_argument("--variants", default=os.environ.get("KILN_LLM_VARIANTS", ""),
                         help="comma list: export only these variants (fp32, bf16, bf16_int8, "
                              "bf16_int4) of each config")
