@@ -1,6 +1,7 @@
-"""Language-model generation programs: a HF transformers decoder (Llama, Qwen3 or Qwen2) with a
-static KV cache, exported into one .pte with a `prefill` and a `decode` method that share the
-cache on the GPU (each method one Kiln delegate, no operator left to ExecuTorch).
+"""Language-model generation programs: a HF transformers decoder (Llama; Qwen3, Qwen2, Mistral,
+Gemma and Phi-3 lower the same way) with a static KV cache, exported into one .pte with a
+`prefill` and a `decode` method that share the cache on the GPU (each method one Kiln delegate,
+no operator left to ExecuTorch).
 
     from transformers import LlamaConfig, LlamaForCausalLM
     from kiln_executorch.llm import export_llm

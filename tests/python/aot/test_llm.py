@@ -3,8 +3,8 @@ KV cache (kiln_executorch.llm): the export (each method one Kiln delegate, no op
 ExecuTorch, both naming the same states in a state-key container, the program carrying its
 named-data entry) and, on the CPU through the reference interpreter, a chunked prefill followed by
 decode steps that give eager HF's greedy tokens and logits (HF run on the whole sequence without a
-cache: an independent reference for the cache, the masks and the positions); Qwen3 and Qwen2
-decoders the same way."""
+cache: an independent reference for the cache, the masks and the positions); Qwen3, Qwen2,
+Mistral, Gemma and Phi-3 decoders the same way."""
 
 import struct
 
@@ -171,19 +171,18 @@ def test_bf16_rotary_angles_stay_float32_past_position_256():
 
 
 def tiny_decoder(arch):
-    """A 2-layer Qwen3 (RMSNorm on each head's q and k before the rotary embedding, tied
-    embeddings) or Qwen2 (biased q / k / v projections) with norm weights away from 1, so that
-    the per-head norms count."""
+    """A 2-layer decoder of another HF architecture (Qwen3: RMSNorm on each head's q and k;
+    Qwen2: biased q / k / v projections; Mistral; Gemma: (1 + w) norms, scaled embeddings, tanh
+    GELU gate; Phi3: one fused qkv and one fused gate-up projection), tied embeddings, with norm
+    weights and biases away from their initial values so that they count."""
     import transformers
 
-    config_class, model_class = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-                                 "qwen2": ("Qwen2Config", "Qwen2ForCausalLM")}[arch]
-    config = getattr(transformers, config_class)(
+    config = getattr(transformers, f"{arch}Config")(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, intermediate_size=128, vocab_size=256, max_position_embeddings=128,
-        tie_word_embeddings=True, attn_implementation="sdpa")
+        tie_word_embeddings=True, pad_token_id=0, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = getattr(transformers, model_class)(config).eval()
+    model = getattr(transformers, f"{arch}ForCausalLM")(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name or name.endswith(".bias"):
@@ -191,7 +190,7 @@ def tiny_decoder(arch):
     return model
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "qwen2"])
+@pytest.mark.parametrize("arch", ["Qwen3", "Qwen2", "Mistral", "Gemma", "Phi3"])
 def test_other_decoders_are_one_delegate_a_method_and_give_eager_greedy_tokens(arch):
     model = tiny_decoder(arch)
     edge = llm.lower_llm(model, MAX_CONTEXT, PREFILL, precision="fp32")
