@@ -77,8 +77,17 @@ class StaticCacheDecoder(nn.Module):
 
     def __init__(self, model, max_context: int):
         super().__init__()
-        self.model = model
         c = model.config
+        # The boolean cache mask below is what HF's SDPA attention takes; its eager attention
+        # would add it to the scores as 0 / 1 and attend to rows not yet written.
+        attention = getattr(c, "_attn_implementation", None)
+        if attention not in (None, "sdpa"):
+            raise ValueError(
+                f"{type(model).__name__} uses attn_implementation={attention!r}; the static-cache "
+                "export needs HF's SDPA attention: load the model with attn_implementation="
+                "'sdpa' (architectures without an SDPA path in transformers, such as Gemma 2's "
+                "soft-capped attention, are not supported)")
+        self.model = model
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         dtype = next(model.parameters()).dtype
         self.max_context = int(max_context)

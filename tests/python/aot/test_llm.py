@@ -170,17 +170,18 @@ def test_bf16_rotary_angles_stay_float32_past_position_256():
     assert casts and all(g.tensors[op.operands["out"]].dtype == torch.float32 for op in casts)
 
 
-def tiny_decoder(arch):
+def tiny_decoder(arch, attention="sdpa"):
     """A 2-layer decoder of another HF architecture (Qwen3: RMSNorm on each head's q and k;
     Qwen2: biased q / k / v projections; Mistral; Gemma: (1 + w) norms, scaled embeddings, tanh
-    GELU gate; Phi3: one fused qkv and one fused gate-up projection), tied embeddings, with norm
-    weights and biases away from their initial values so that they count."""
+    GELU gate; Phi3: one fused qkv and one fused gate-up projection; Gemma2: soft-capped scores,
+    which HF runs only in its eager attention), tied embeddings, with norm weights and biases away
+    from their initial values so that they count."""
     import transformers
 
     config = getattr(transformers, f"{arch}Config")(
         num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, intermediate_size=128, vocab_size=256, max_position_embeddings=128,
-        tie_word_embeddings=True, pad_token_id=0, attn_implementation="sdpa")
+        tie_word_embeddings=True, pad_token_id=0, attn_implementation=attention)
     torch.manual_seed(0)
     model = getattr(transformers, f"{arch}ForCausalLM")(config).eval()
     with torch.no_grad():
@@ -202,5 +203,15 @@ def test_other_decoders_are_one_delegate_a_method_and_give_eager_greedy_tokens(a
                                         NEW_TOKENS, PREFILL, MAX_CONTEXT)
     want, want_logits = llm.greedy_reference(model, PROMPT, NEW_TOKENS)
     assert tokens == want
-    err = max(float((a - b).abs().max()) for a, b in zip(logits, want_logits))
+    # Relative to the logits' largest magnitude.
+    err = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(logits, want_logits))
     assert err < 1e-4, err
+
+
+def test_a_model_on_eager_attention_is_refused_with_the_fix():
+    """HF's eager attention adds the mask to the scores: the boolean cache mask would let every
+    query attend to unwritten rows (Gemma 2 exported that way gave logits 0.5 away from eager)."""
+    model = tiny_decoder("Gemma2", attention="eager")
+    with pytest.raises(ValueError, match="attn_implementation='eager'.*load the model with "
+                                         "attn_implementation='sdpa'"):
+        llm.lower_llm(model, MAX_CONTEXT, PREFILL, precision="fp32")
