@@ -30,7 +30,7 @@
 #       as JSON, a PNG chart and logs; the table is printed last.
 #   scripts/gpu-check.sh pylib
 #       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama and Qwen3 models
-#       (1.4 MiB), which run puts first on the LLM check's PYTHONPATH when it is carried (the whole
+#       (1.5 MiB), which run puts first on the LLM check's PYTHONPATH when it is carried (the whole
 #       1B LLM bundle leaves no room for the 13 MiB wheel in .whl/).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
 #       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
@@ -288,7 +288,7 @@ for e in json.load(open(sys.argv[1] + "/manifest.json")):
   ;;
 pylib)
   # .gpu/pylib.tar.xz: the pinned transformers wheel's package with only the Llama and Qwen3
-  # models and the auto classes (1.4 MiB instead of the wheel's 13), for runs whose bundle leaves
+  # models and the auto classes (1.5 MiB instead of the wheel's 13), for runs whose bundle leaves
   # no room for the wheel (the whole 1B int8 / int4 programs); carry it with the bundle.
   set -e
   bash scripts/setup.sh > /dev/null
