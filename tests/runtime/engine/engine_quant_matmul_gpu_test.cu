@@ -1,7 +1,7 @@
 // kQuantMatmul on a GPU against a float64 host reference (engine_gpu_fixture.h says how): int8
 // per output channel and int4 in groups of 32 / 64, M = 1, 4, 16 (the decode kernel) and 17, 33
 // (the dense path: dequantized chunks through cuBLASLt, also with KILN_QUANT_DENSE=off), decode
-// with several output rows per warp, odd N,
+// with several output rows per warp, the int4 tensor-core decode kernel, odd N,
 // K a multiple of 8 and not (padded rows), K past one shared-memory tile, N past one dequantized
 // chunk, bias, residual and relu / SiLU epilogues, in fp32, fp16 and bf16; the decode kernel's
 // bandwidth on the 1B-class shapes (2048 x 2048 .. 128256 x 2048), printed and held to a floor;
@@ -172,6 +172,29 @@ TEST_F(EngineGpu, QuantMatmulInt4Groups) {
   }
 }
 
+// The tensor-core kernel (int4, bf16 / fp16, M <= 8, K a multiple of 8, scale groups of whole
+// 128-value batches or per channel): N not a multiple of its 16-row tiles, K not a multiple of
+// its batches (K = 200 per channel: a padded vector and a batch of two vectors), groups of 256,
+// several batches a warp (K = 8192), M = 8 at the 44 KiB staging limit (K = 2816) and past it
+// (K = 2944: the CUDA-core kernel), bias, residual and SiLU; the same cases again with
+// KILN_QUANT_MMA=off (the CUDA-core kernel).
+TEST_F(EngineGpu, QuantMatmulInt4TensorCoreDecode) {
+  for (bool off : {false, true}) {
+    if (off) setenv("KILN_QUANT_MMA", "off", 1);
+    for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+      for (int64_t m : {1, 3, 8}) {
+        run_quant({dtype, m, 37, 256, 4, 128});
+        run_quant({dtype, m, 45, 200, 4, 0, true, true});
+        run_quant({dtype, m, 300, 512, 4, 256, false, true, blob::Epilogue::kSilu});
+      }
+      run_quant({dtype, 1, 19, 8192, 4, 128, true, false});
+      run_quant({dtype, 8, 21, 2816, 4, 128});
+      run_quant({dtype, 8, 21, 2944, 4, 0});
+    }
+    unsetenv("KILN_QUANT_MMA");
+  }
+}
+
 // The gated activation of a SwiGLU / GeGLU block, act(g) * u as one kFusedElementwise, runs
 // inside the quantized decode kernel of the down projection after it (with its residual): int8
 // per channel and int4 in groups (the 16-bit int4 path sums each vector against the offset
@@ -188,7 +211,7 @@ TEST_F(EngineGpu, GatedActivationFoldsIntoTheQuantizedGemv) {
       {DType::kBFloat16, 1, 8192, 8, 0, false}, {DType::kBFloat16, 1, 2048, 4, 128, true},
       {DType::kBFloat16, 3, 512, 4, 32, false}, {DType::kBFloat16, 1, 36, 4, 0, true},
       {DType::kFloat32, 2, 36, 8, 0, false},    {DType::kFloat32, 1, 1024, 4, 64, true},
-      {DType::kFloat16, 1, 4096, 8, 0, true},
+      {DType::kFloat16, 1, 4096, 8, 0, true},   {DType::kFloat16, 3, 1024, 4, 128, false},
   };
   for (const GateCase& gc : cases) {
     for (bool off : {false, true}) {
@@ -323,7 +346,10 @@ const int64_t kShapes1B[][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}, {12825
 // achieved weight bandwidth printed; int8 held to a floor of 1 TB/s on the large shapes (a quarter
 // of the H200's; a regression guard, the printed number is the measurement).
 TEST_F(EngineGpu, QuantMatmulDecodeBandwidth) {
-  for (int64_t bits : {8, 4}) {
+  // int4 twice: the tensor-core kernel, then the CUDA-core one (KILN_QUANT_MMA=off).
+  for (int pass = 0; pass < 3; ++pass) {
+    const int64_t bits = pass == 0 ? 8 : 4;
+    if (pass == 2) setenv("KILN_QUANT_MMA", "off", 1);
     for (const auto& shape : kShapes1B) {
       const QuantWeight w(shape[0], shape[1], bits);
       const double us = time_one_op(1, w.n, w.k, 50, [&](BlobBuilder& b, int64_t x, int64_t out) {
@@ -331,15 +357,17 @@ TEST_F(EngineGpu, QuantMatmulDecodeBandwidth) {
       });
       ASSERT_GT(us, 0.0);
       const double gbs = double(w.n * w.words * 4) / (us * 1e3);
-      std::printf("[perf] quant_matmul int%lld bf16 M=1 N=%lld K=%lld: %.2f us/run, %.0f GB/s of "
-                  "weight (launch and graph replay included)\n",
-                  static_cast<long long>(bits), static_cast<long long>(w.n),
-                  static_cast<long long>(w.k), us, gbs);
+      std::printf("[perf] quant_matmul int%lld%s bf16 M=1 N=%lld K=%lld: %.2f us/run, %.0f GB/s "
+                  "of weight (launch and graph replay included)\n",
+                  static_cast<long long>(bits),
+                  pass == 1 ? " tensor cores" : (pass == 2 ? " CUDA cores" : ""),
+                  static_cast<long long>(w.n), static_cast<long long>(w.k), us, gbs);
       if (bits == 8 && w.n * w.k >= 8192LL * 2048) {
         EXPECT_GT(gbs, 1000.0) << "N=" << w.n << " K=" << w.k;
       }
     }
   }
+  unsetenv("KILN_QUANT_MMA");
 }
 
 // A prefill of 128 tokens (M = 128, bf16) on the same shapes: the dense path (with chunks of
