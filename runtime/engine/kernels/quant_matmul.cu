@@ -703,18 +703,8 @@ class QuantMatmulStep final : public Step {
 
   template <typename T, int kRows, int kWarpRows>
   cudaError_t launch(const RunContext& ctx) const {
+    auto go = [&](auto kernel) { return launch_decode<T>(ctx, kernel, kWarps * 32, 0); };
     const bool glu = gate_.a != kNoTensor;
-    const T* x = ctx.ptr<const T>(glu ? gate_.a : a_.x);
-    const uint4* w = ctx.ptr<const uint4>(a_.weight);
-    const float* scales = ctx.ptr<const float>(a_.scales);
-    const T* bias = a_.bias == kNoTensor ? nullptr : ctx.ptr<const T>(a_.bias);
-    const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
-    T* out = ctx.ptr<T>(a_.out);
-    const T* glu_b = glu ? ctx.ptr<const T>(gate_.b) : nullptr;
-    auto go = [&](auto kernel) {
-      return launch_overlapped(kernel, blocks_, kWarps * 32, 0, ctx.stream, x, w, scales, bias,
-                               residual, out, shape_, a_.epilogue, glu_b, gate_.act);
-    };
     if (a_.bits == 8) {
       return glu ? go(quant_matmul_kernel<T, kRows, 8, kWarpRows, true>)
                  : go(quant_matmul_kernel<T, kRows, 8, kWarpRows, false>);
@@ -725,6 +715,16 @@ class QuantMatmulStep final : public Step {
 
   template <typename T>
   cudaError_t launch_mma(const RunContext& ctx) const {
+    const size_t smem = size_t(a_.m) * size_t(mma_staged_k()) * 2;
+    auto go = [&](auto kernel) { return launch_decode<T>(ctx, kernel, kMmaWarps * 32, smem); };
+    return gate_.a != kNoTensor ? go(quant_gemv_mma_kernel<T, true>)
+                                : go(quant_gemv_mma_kernel<T, false>);
+  }
+
+  // Either decode kernel (they take the same arguments), launched overlapped on blocks_ blocks.
+  template <typename T, typename Kernel>
+  cudaError_t launch_decode(const RunContext& ctx, Kernel kernel, unsigned threads,
+                            size_t smem) const {
     const bool glu = gate_.a != kNoTensor;
     const T* x = ctx.ptr<const T>(glu ? gate_.a : a_.x);
     const uint4* w = ctx.ptr<const uint4>(a_.weight);
@@ -733,12 +733,8 @@ class QuantMatmulStep final : public Step {
     const T* residual = a_.residual == kNoTensor ? nullptr : ctx.ptr<const T>(a_.residual);
     T* out = ctx.ptr<T>(a_.out);
     const T* glu_b = glu ? ctx.ptr<const T>(gate_.b) : nullptr;
-    const size_t smem = size_t(a_.m) * size_t(mma_staged_k()) * 2;
-    auto go = [&](auto kernel) {
-      return launch_overlapped(kernel, blocks_, kMmaWarps * 32, smem, ctx.stream, x, w, scales,
-                               bias, residual, out, shape_, a_.epilogue, glu_b, gate_.act);
-    };
-    return glu ? go(quant_gemv_mma_kernel<T, true>) : go(quant_gemv_mma_kernel<T, false>);
+    return launch_overlapped(kernel, blocks_, threads, smem, ctx.stream, x, w, scales, bias,
+                             residual, out, shape_, a_.epilogue, glu_b, gate_.act);
   }
 
   // One chunk shape's cuBLASLt layouts and algorithm: the full chunk, and the last one when
