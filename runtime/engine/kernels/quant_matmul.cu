@@ -529,11 +529,14 @@ size_t dense_chunk_bytes() {
 // keeps the base's alignment (64 rows of 2 bytes: 128).
 constexpr int64_t kChunkRowQuantum = 64;
 
-// KILN_QUANT_DENSE=off: every M runs the CUDA-core kernel (for comparing the two).
-bool dense_path_disabled() {
-  const char* env = std::getenv("KILN_QUANT_DENSE");
+// Whether the environment variable `name` is "off" (the switches that compare two kernels).
+bool env_off(const char* name) {
+  const char* env = std::getenv(name);
   return env != nullptr && std::strcmp(env, "off") == 0;
 }
+
+// KILN_QUANT_DENSE=off: every M runs the CUDA-core kernel (for comparing the two).
+bool dense_path_disabled() { return env_off("KILN_QUANT_DENSE"); }
 
 // w[r, k] = q[n0 + r, k] * scale for r < rows: one thread per packed 16-byte vector, written with
 // 16-byte stores where each row of K values is a whole number of them (`vector_stores`). About
@@ -669,17 +672,16 @@ class QuantMatmulStep final : public Step {
   // of whole 16-byte loads, scale groups of whole 128-value batches, and the staged activations
   // within 44 KiB (M = 1 up to K = 22528). KILN_QUANT_MMA=off keeps the CUDA-core kernel.
   bool mma_fits() const {
-    const char* env = std::getenv("KILN_QUANT_MMA");
-    if (env != nullptr && std::strcmp(env, "off") == 0) return false;
+    if (env_off("KILN_QUANT_MMA")) return false;
     if (a_.bits != 4 || (dtype_ != DType::kBFloat16 && dtype_ != DType::kFloat16)) return false;
     if (a_.m < 1 || a_.m > kMmaMaxActRows || a_.k % 8 != 0 || !shape_.wide) return false;
     if (shape_.groups != 1 && shape_.group_size % kMmaBatchK != 0) return false;
-    if (size_t(a_.m) * size_t(mma_staged_k()) * 2 > kMmaMaxStagedBytes) return false;
+    if (mma_staged_bytes() > kMmaMaxStagedBytes) return false;
     return (a_.n + kMmaOutRows - 1) / kMmaOutRows <= INT32_MAX;
   }
-  // K padded to whole batches: the staged activations of one row.
-  int64_t mma_staged_k() const {
-    return (shape_.row_vectors + 3) / 4 * kMmaBatchK;
+  // The tensor-core kernel's dynamic shared memory: M rows of K padded to whole batches, 16-bit.
+  size_t mma_staged_bytes() const {
+    return size_t(a_.m) * size_t((shape_.row_vectors + 3) / 4 * kMmaBatchK) * 2;
   }
 
   // log2(group_size / elems) when that is a power of two (the kernel shifts), else -1.
@@ -715,8 +717,9 @@ class QuantMatmulStep final : public Step {
 
   template <typename T>
   cudaError_t launch_mma(const RunContext& ctx) const {
-    const size_t smem = size_t(a_.m) * size_t(mma_staged_k()) * 2;
-    auto go = [&](auto kernel) { return launch_decode<T>(ctx, kernel, kMmaWarps * 32, smem); };
+    auto go = [&](auto kernel) {
+      return launch_decode<T>(ctx, kernel, kMmaWarps * 32, mma_staged_bytes());
+    };
     return gate_.a != kNoTensor ? go(quant_gemv_mma_kernel<T, true>)
                                 : go(quant_gemv_mma_kernel<T, false>);
   }
