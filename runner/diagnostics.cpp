@@ -125,6 +125,10 @@ const char* error_name(et::Error e) {
     why = g_backend_problem + " The backend is linked but cannot run on this machine; the line above "
           "says why (KilnBackend needs an NVIDIA GPU with compute capability 9.0 or newer)";
   }
+  fail(what, e, why);
+}
+
+[[noreturn]] void fail(const std::string& what, et::Error e, const std::string& why) {
   std::fprintf(stderr, "%s: %s failed: %s (0x%02x): %s\n", g_tool, what.c_str(), error_name(e),
                static_cast<unsigned>(e), why.c_str());
   std::exit(1);

@@ -22,6 +22,9 @@ void set_tool_name(const char* name);
 /// Prints "kiln_runner: <what> failed: <error> (0x..): <what to do>" to stderr and exits 1.
 [[noreturn]] void fail(const std::string& what, executorch::runtime::Error e);
 
+/// As above with the caller's own <what to do>, for a stage where the error's usual hint misleads.
+[[noreturn]] void fail(const std::string& what, executorch::runtime::Error e, const std::string& why);
+
 /// Prints "kiln_runner: <message>" to stderr and exits 1.
 [[noreturn]] void fail(const std::string& message);
 

@@ -28,7 +28,16 @@ LoadedProgram load_program(const std::string& path) {
   if (!loader.ok()) fail("opening '" + path + "'", loader.error());
   out.loader = std::make_unique<executorch::extension::FileDataLoader>(std::move(loader.get()));
   auto program = et::Program::load(out.loader.get(), et::Program::Verification::InternalConsistency);
-  if (!program.ok()) fail("Program::load('" + path + "')", program.error());
+  if (!program.ok()) {
+    // Program::load answers InvalidArgument for a file shorter than its header (an empty or cut
+    // file): at this stage that is a bad file, not a bad method input.
+    if (program.error() == et::Error::InvalidArgument) {
+      fail("Program::load('" + path + "')", program.error(),
+           "the file is not a valid ExecuTorch program (empty, truncated, corrupt or not a .pte); "
+           "re-export it");
+    }
+    fail("Program::load('" + path + "')", program.error());
+  }
   out.program = std::make_unique<et::Program>(std::move(program.get()));
   return out;
 }
