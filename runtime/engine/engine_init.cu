@@ -28,6 +28,7 @@
 #include "runtime/engine/shared_state.h"
 #include "runtime/engine/step.h"
 #include "runtime/engine/weight_cache.h"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine {
 namespace {
@@ -37,10 +38,7 @@ using executorch::runtime::Result;
 using executorch::runtime::Span;
 
 // KILN_AUTOTUNE=1: time the library ops' candidate algorithms at init (kernels/autotune.cuh).
-bool autotune_enabled() {
-  const char* env = std::getenv("KILN_AUTOTUNE");
-  return env != nullptr && std::strcmp(env, "1") == 0;
-}
+bool autotune_enabled() { return env_is("KILN_AUTOTUNE", "1"); }
 
 // The algorithm cache's device key: what an algorithm choice depends on besides the blob (the
 // device model and the cuDNN, cuBLASLt and blob format versions).

@@ -18,6 +18,7 @@
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/attention_mask.cuh"
 #include "runtime/engine/kernels/cudnn_graph.h"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -60,11 +61,7 @@ BiasShape bias_shape(const AttentionArgs& a, size_t elt) {
 // q/k/v with 16-byte vector loads.
 constexpr uint32_t kAlignment = 16;
 
-bool enabled() {
-  const char* env = std::getenv("KILN_ATTENTION");
-  return env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0 ||
-         std::strcmp(env, "cudnn") == 0;
-}
+bool enabled() { return env_auto_or("KILN_ATTENTION", "cudnn"); }
 
 class CudnnAttentionStep final : public Step {
  public:

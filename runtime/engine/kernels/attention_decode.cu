@@ -31,6 +31,7 @@
 #include "format/fail.h"
 #include "runtime/engine/cuda_check.h"
 #include "runtime/engine/kernels/common.cuh"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -413,8 +414,7 @@ class DecodeAttentionStep final : public Step {
 }  // namespace
 
 const char* decode_attention_unsupported(const AttentionArgs& a, const InitContext& ctx) {
-  const char* env = std::getenv("KILN_ATTENTION_DECODE");
-  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_ATTENTION_DECODE=off";
+  if (env_is("KILN_ATTENTION_DECODE", "off")) return "KILN_ATTENTION_DECODE=off";
   if (std::getenv("KILN_ATTENTION_QUERIES") != nullptr) return "KILN_ATTENTION_QUERIES is set";
   const Graph& g = ctx.graph;
   const int64_t size = int64_t(element_size(g.tensors[a.q].dtype));
@@ -484,10 +484,9 @@ StepResult make_decode_attention_step(const AttentionArgs& a, const InitContext&
     p.chunk = std::max<int64_t>(p.chunk, step);
     p.splits = int(std::max<int64_t>(1, (a.seq_kv + p.chunk - 1) / p.chunk));
   };
-  const char* cluster_env = std::getenv("KILN_ATTENTION_CLUSTER");
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  bool cluster = major >= 9 && !(cluster_env != nullptr && std::strcmp(cluster_env, "off") == 0);
+  bool cluster = major >= 9 && !env_is("KILN_ATTENTION_CLUSTER", "off");
   plan_splits(cluster ? kMaxClusterSplits : kMaxSplits);
   DecodeKernel kernel = kernel_for(dtype, a.head_dim, p.rows, cluster && p.splits > 1);
   if (cluster && p.splits > 1) {

@@ -12,6 +12,7 @@
 #include "runtime/engine/kernels/attention.cuh"
 #include "runtime/engine/kernels/common.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -257,8 +258,7 @@ class GemmAttentionStep final : public Step {
 }  // namespace
 
 const char* gemm_attention_unsupported(const AttentionArgs& a, const Graph& graph) {
-  const char* env = std::getenv("KILN_ATTENTION");
-  if (env != nullptr && std::strcmp(env, "kiln") == 0) return "KILN_ATTENTION=kiln";
+  if (env_is("KILN_ATTENTION", "kiln")) return "KILN_ATTENTION=kiln";
   const blob::DType dtype = graph.tensors[a.q].dtype;
   if (dtype != blob::DType::kFloat32 || graph.tensors[a.out].dtype != dtype) return "not fp32";
   if (a.seq_q < kMinQueries || a.seq_kv < kMinQueries) return "fewer than 64 queries or keys";

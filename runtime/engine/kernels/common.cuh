@@ -14,6 +14,7 @@
 
 #include "format/blob_format.h"
 #include "runtime/engine/strided.h"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 
@@ -42,10 +43,7 @@ __device__ __forceinline__ void allow_next_kernel() {
 
 /// Whether launch_overlapped asks for programmatic dependent launch (KILN_PDL unset or not "off";
 /// read at every launch, which the engine's graph capture makes once per step).
-inline bool overlapped_launches_enabled() {
-  const char* env = std::getenv("KILN_PDL");
-  return env == nullptr || std::strcmp(env, "off") != 0;
-}
+inline bool overlapped_launches_enabled() { return !env_is("KILN_PDL", "off"); }
 
 /// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel's tail
 /// (see above: `kernel` must start with wait_for_previous_kernel()); cluster_x > 0 launches the

@@ -17,6 +17,7 @@
 #include "format/fail.h"
 #include "runtime/engine/kernels/cudnn_graph.h"
 #include "runtime/engine/kernels/conv2d.cuh"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -31,11 +32,7 @@ constexpr int64_t kX = 1, kW = 2, kB = 3, kR = 4, kY = 5;
 // cuDNN's fused convolution engines read NHWC operands with 16-byte vector loads.
 constexpr uint32_t kAlignment = 16;
 
-bool enabled() {
-  const char* env = std::getenv("KILN_CONV");
-  return env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0 ||
-         std::strcmp(env, "fused") == 0;
-}
+bool enabled() { return env_auto_or("KILN_CONV", "fused"); }
 
 fe::DataType_t fe_type(blob::DType dtype) {
   switch (dtype) {

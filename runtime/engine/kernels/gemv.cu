@@ -11,6 +11,7 @@
 #include "runtime/engine/kernels/matmul.cuh"
 #include "runtime/engine/kernels/quant_matmul.cuh"
 #include "runtime/engine/op_tensors.h"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -449,8 +450,7 @@ bool wide_rows(const MatmulArgs& m, int64_t a, const InitContext& ctx) {
 // gemv_unsupported; folded: a norm is folded in, so the GEMV takes even the weights cuBLASLt
 // streams as fast (it would cost the norm's kernel).
 const char* unsupported(const MatmulArgs& a, int64_t staged, const InitContext& ctx, bool folded) {
-  const char* env = std::getenv("KILN_GEMV");
-  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV=off";
+  if (env_is("KILN_GEMV", "off")) return "KILN_GEMV=off";
   const Graph& g = ctx.graph;
   const DType dtype = g.tensors[a.a].dtype;
   if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16 && dtype != DType::kFloat32) ||
@@ -513,8 +513,7 @@ const char* folded_form(const Graph& g, size_t op, Folded* f, int64_t* out, int6
   if (o.opcode == blob::Opcode::kLayerNorm) {
     // Opt-in: on the H200 the folded prologue costs the GEMV more than the norm's own kernel
     // (llama1b_2l decode 0.350 ms folded, 0.309 apart), so norms stay apart by default.
-    const char* env = std::getenv("KILN_GEMV_NORM");
-    if (env == nullptr || std::strcmp(env, "on") != 0) return "KILN_GEMV_NORM is not on";
+    if (!env_is("KILN_GEMV_NORM", "on")) return "KILN_GEMV_NORM is not on";
     f->norm = std::get<LayerNormArgs>(o.args);
     f->kind = f->norm.rms && f->norm.bias == kNoTensor ? Prologue::kRms : Prologue::kNorm;
     *out = f->norm.out;
@@ -522,8 +521,7 @@ const char* folded_form(const Graph& g, size_t op, Folded* f, int64_t* out, int6
     return nullptr;
   }
   if (o.opcode != blob::Opcode::kFusedElementwise) return "not a layer norm or a gated activation";
-  const char* env = std::getenv("KILN_GEMV_GLU");
-  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_GEMV_GLU=off";
+  if (env_is("KILN_GEMV_GLU", "off")) return "KILN_GEMV_GLU=off";
   const auto& fe = std::get<FusedElementwiseArgs>(o.args);
   const DType dtype = g.tensors[size_t(fe.out)].dtype;
   int32_t act_input = 0;

@@ -10,6 +10,7 @@
 #include "runtime/engine/kernels/common.cuh"
 #include "runtime/engine/kernels/elementwise_math.cuh"
 #include "runtime/engine/kernels/matmul.cuh"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -529,14 +530,8 @@ size_t dense_chunk_bytes() {
 // keeps the base's alignment (64 rows of 2 bytes: 128).
 constexpr int64_t kChunkRowQuantum = 64;
 
-// Whether the environment variable `name` is "off" (the switches that compare two kernels).
-bool env_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env != nullptr && std::strcmp(env, "off") == 0;
-}
-
 // KILN_QUANT_DENSE=off: every M runs the CUDA-core kernel (for comparing the two).
-bool dense_path_disabled() { return env_off("KILN_QUANT_DENSE"); }
+bool dense_path_disabled() { return env_is("KILN_QUANT_DENSE", "off"); }
 
 // w[r, k] = q[n0 + r, k] * scale for r < rows: one thread per packed 16-byte vector, written with
 // 16-byte stores where each row of K values is a whole number of them (`vector_stores`). About
@@ -672,7 +667,7 @@ class QuantMatmulStep final : public Step {
   // of whole 16-byte loads, scale groups of whole 128-value batches, and the staged activations
   // within 44 KiB (M = 1 up to K = 22528). KILN_QUANT_MMA=off keeps the CUDA-core kernel.
   bool mma_fits() const {
-    if (env_off("KILN_QUANT_MMA")) return false;
+    if (env_is("KILN_QUANT_MMA", "off")) return false;
     if (a_.bits != 4 || (dtype_ != DType::kBFloat16 && dtype_ != DType::kFloat16)) return false;
     if (a_.m < 1 || a_.m > kMmaMaxActRows || a_.k % 8 != 0 || !shape_.wide) return false;
     if (shape_.groups != 1 && shape_.group_size % kMmaBatchK != 0) return false;

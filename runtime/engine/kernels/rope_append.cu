@@ -10,6 +10,7 @@
 #include "runtime/engine/kernels/positions.cuh"
 #include "runtime/engine/kernels/rope.cuh"
 #include "runtime/engine/op_tensors.h"
+#include "runtime/engine/env_switch.h"
 
 namespace kiln::engine::kernels {
 namespace {
@@ -154,8 +155,7 @@ bool can_route(const Graph& g, const Plan& plan, const RopeArgs& r, const IndexP
 }
 
 const char* make_plan(size_t count, const InitContext& ctx, Plan* plan) {
-  const char* env = std::getenv("KILN_ROPE_APPEND");
-  if (env != nullptr && std::strcmp(env, "off") == 0) return "KILN_ROPE_APPEND=off";
+  if (env_is("KILN_ROPE_APPEND", "off")) return "KILN_ROPE_APPEND=off";
   const Graph& g = ctx.graph;
   if (count < 2) return "fewer than two ops";
   if (count > kMaxOps || ctx.op_index + count > g.ops.size()) return "more ops than a step takes";
