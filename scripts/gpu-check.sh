@@ -32,6 +32,11 @@
 #       here: .gpu/pylib.tar.xz, the pinned transformers trimmed to the Llama and Qwen3 models
 #       (1.5 MiB), which run puts first on the LLM check's PYTHONPATH when it is carried (the whole
 #       1B LLM bundle leaves no room for the 13 MiB wheel in .whl/).
+#   scripts/gpu-check.sh switches
+#       on the GPU machine: the staged engine GPU tests under each KILN_* engine switch (README,
+#       "Engine settings") that changes their kernels, one line each; the tests that assert a
+#       fold happens are left out where the switch turns that fold off (bench/results/
+#       h100_switches_run.log: 44 tests of six binaries, prepared with --tests).
 #   scripts/gpu-check.sh sanitize [--keys K1,K2] [--gtest-filter F]
 #       on the GPU machine: compute-sanitizer memcheck over every staged program (or those of the
 #       keys) through kiln_runner and over the engine's GPU tests (or those F selects), and
@@ -116,7 +121,7 @@ PY
     echo "  KILN_GPU_BUNDLE=${path#"$root"/} scripts/gpu-check.sh run --compile default,reduce-overhead"
   done
   ;;
-run|sanitize)
+run|sanitize|switches)
   out="${OUT:-$root/.gpu/results}"; mkdir -p "$out"
   compile=""; iterations=200; keys=""; profile=""; kernels=""; gtest_filter="*"
   while [ $# -gt 0 ]; do
@@ -220,6 +225,34 @@ for p in ("torch", "torchvision", "transformers"):
     echo "racecheck attention decode: rc=$rc $(grep -E 'RACECHECK SUMMARY' "$out/racecheck_attention_decode.log" | tail -1)"
     exit $status
   fi
+  if [ "$mode" = switches ]; then
+    # SWITCH=VALUE:the binaries it concerns[:gtest filter].
+    folds='-*FoldsIntoTheGemvAfterIt*'
+    for spec in "KILN_ATTENTION_DECODE=off:engine_attention_gpu_test" \
+                "KILN_ATTENTION_CLUSTER=off:engine_attention_gpu_test" \
+                "KILN_ATTENTION=kiln:engine_attention_gpu_test" \
+                "KILN_ROPE_APPEND=off:engine_rope_gpu_test,engine_decode_times_gpu_test" \
+                "KILN_PDL=off:engine_decode_times_gpu_test,engine_rope_gpu_test" \
+                "KILN_GEMV=off:engine_matmul_conv_gpu_test,engine_decode_times_gpu_test:$folds" \
+                "KILN_GEMV_NORM=on:engine_matmul_conv_gpu_test,engine_decode_times_gpu_test" \
+                "KILN_GEMV_GLU=off:engine_matmul_conv_gpu_test,engine_decode_times_gpu_test:$folds" \
+                "KILN_QUANT_MMA=off:engine_quant_matmul_gpu_test" \
+                "KILN_QUANT_DENSE=off:engine_quant_matmul_gpu_test" \
+                "KILN_CONV=legacy:engine_conv_gpu_test"; do
+      IFS=: read -r setting bins filter <<< "$spec"
+      for name in ${bins//,/ }; do
+        t="$stage/tests/$name"
+        [ -x "$t" ] || { echo "$setting $name: not staged"; continue; }
+        log="$out/switch_${setting%%=*}_$name.log"
+        env "$setting" "$t" --gtest_filter="${filter:-*}" > "$log" 2>&1
+        rc=$?; [ $rc -eq 0 ] || status=1
+        passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$log")
+        failed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$log")
+        echo "$setting $name: rc=$rc, ${passed:-0} passed, ${failed:-0} failed"
+      done
+    done
+    exit $status
+  fi
   for t in "$stage"/tests/*; do
     [ -x "$t" ] || continue
     echo "== $(basename "$t")"
@@ -304,7 +337,7 @@ pylib)
   echo "gpu-check: .gpu/pylib.tar.xz ($(du -h .gpu/pylib.tar.xz | cut -f1)), transformers $version"
   ;;
 *)
-  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K] [--profile]" >&2
+  echo "usage: scripts/gpu-check.sh prepare [--keys K] [--precisions P] [--no-tests] | run [--compile MODES] [--iterations N] [--keys K] [--profile] | switches | sanitize | pylib" >&2
   exit 2
   ;;
 esac
