@@ -16,6 +16,8 @@ const char* g_tool = "kiln_runner";
 
 namespace et = executorch::runtime;
 
+}  // namespace
+
 // What to do about each error, by the stage it happened in. The ExecuTorch log line printed just
 // before (when logging is on) names the exact operator, backend or tensor.
 const char* hint(et::Error e) {
@@ -31,7 +33,7 @@ const char* hint(et::Error e) {
              "XnnpackBackend, with --no-as-needed) or a "
              "method (see the list of methods)";
     case et::Error::InvalidProgram:
-      return "the file is not a valid ExecuTorch program (truncated, corrupt or not a .pte); "
+      return "the file is not a valid ExecuTorch program (empty, truncated, corrupt or not a .pte); "
              "re-export it";
     case et::Error::InvalidArgument:
       return "an argument does not match what the program expects (dtype, shape or count); check "
@@ -50,6 +52,8 @@ const char* hint(et::Error e) {
       return "see the ExecuTorch log line above";
   }
 }
+
+namespace {
 
 // ExecuTorch's log, filtered by KILN_LOG (debug, info, error; default: errors and fatals only):
 // the wheel's kernels log CPU probing at info level on every load, which buries the output.

@@ -13,6 +13,10 @@ namespace kiln::runner {
 /// backend that fail() can then name.
 void install_log_filter();
 
+/// What to do about `e`, worded for the stage where it usually happens (InvalidArgument: a method's
+/// inputs; InvalidProgram: the file).
+const char* hint(executorch::runtime::Error e);
+
 /// "OperatorMissing" rather than ExecuTorch's "Error::OperatorMissing".
 const char* error_name(executorch::runtime::Error e);
 

@@ -32,9 +32,7 @@ LoadedProgram load_program(const std::string& path) {
     // Program::load answers InvalidArgument for a file shorter than its header (an empty or cut
     // file): at this stage that is a bad file, not a bad method input.
     if (program.error() == et::Error::InvalidArgument) {
-      fail("Program::load('" + path + "')", program.error(),
-           "the file is not a valid ExecuTorch program (empty, truncated, corrupt or not a .pte); "
-           "re-export it");
+      fail("Program::load('" + path + "')", program.error(), hint(et::Error::InvalidProgram));
     }
     fail("Program::load('" + path + "')", program.error());
   }
