@@ -5,8 +5,6 @@
 
 #include <cudnn_frontend.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <utility>
 

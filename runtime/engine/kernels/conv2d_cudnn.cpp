@@ -6,8 +6,6 @@
 
 #include <cudnn_frontend.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>

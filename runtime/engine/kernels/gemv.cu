@@ -1,7 +1,5 @@
 #include "runtime/engine/kernels/gemv.cuh"
 
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "format/dtype.h"

@@ -1,7 +1,5 @@
 #include "runtime/engine/kernels/rope_append.cuh"
 
-#include <cstdlib>
-#include <cstring>
 #include <variant>
 
 #include "format/dtype.h"
